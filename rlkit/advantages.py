@@ -1,0 +1,284 @@
+"""Advantage estimators behind one interface and a registry by name (spec §1, §2).
+
+Every estimator maps a ``[P, G]`` reward tensor (P prompts, G completions each) to ``[P, G]``
+advantages plus a diagnostics dict. Estimators are pure functions of the whole batch's rewards and
+of their own state, so every rank of a distributed trainer that gathers the rewards computes the
+same advantages. Arithmetic is done in float64 and the result is returned in the rewards' dtype.
+
+    est = get_estimator("ebpo", prior="history")
+    out = est(rewards)            # out.advantages [P, G], out.diagnostics {"shrinkage": [P], ...}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rlkit.stats import RunningMoments, dispersion, group_std
+
+ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
+
+
+def register(name: str):
+    """Class decorator adding an estimator to :data:`ESTIMATORS` under ``name``."""
+
+    def add(cls):
+        cls.name = name
+        ESTIMATORS[name] = cls
+        return cls
+
+    return add
+
+
+def get_estimator(name: str, **options) -> AdvantageEstimator:
+    """Build the estimator registered as ``name`` with its ``options``."""
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ESTIMATORS)}")
+    return ESTIMATORS[name](**options)
+
+
+@dataclass
+class AdvantageResult:
+    advantages: torch.Tensor  # [P, G]
+    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class AdvantageEstimator:
+    """Base class: validates input, computes in float64, adds shared diagnostics.
+
+    Subclasses implement :meth:`compute` on float64 rewards. Stateless estimators inherit the
+    empty ``state_dict``/``load_state_dict``/``reset``.
+    """
+
+    name = "base"
+
+    def __call__(
+        self, rewards: torch.Tensor, cluster_ids: torch.Tensor | None = None
+    ) -> AdvantageResult:
+        rewards = check_rewards(rewards)
+        cluster_ids = check_cluster_ids(cluster_ids, rewards.shape[0])
+        r = rewards.to(torch.float64)
+        advantages, diagnostics = self.compute(r, cluster_ids)
+        diagnostics["frac_reward_zero_std"] = (r.amax(1) == r.amin(1)).to(torch.float64).mean()
+        out_dtype = rewards.dtype
+        big = torch.finfo(out_dtype).max
+        return AdvantageResult(
+            advantages.clamp(-big, big).to(out_dtype),
+            {k: v.to(torch.float32) for k, v in diagnostics.items()},
+        )
+
+    def compute(
+        self, rewards: torch.Tensor, cluster_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+def check_rewards(rewards: torch.Tensor) -> torch.Tensor:
+    """A finite, floating ``[P, G]`` tensor with P, G ≥ 1, or a ValueError saying what is wrong."""
+    if not isinstance(rewards, torch.Tensor):
+        raise ValueError(
+            f"rewards must be a torch.Tensor of shape [P, G], got {type(rewards).__name__}"
+        )
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have rank 2 [P, G], got shape {tuple(rewards.shape)}")
+    if rewards.shape[0] == 0 or rewards.shape[1] == 0:
+        raise ValueError(
+            f"rewards must have P >= 1 prompts and G >= 1 completions, got {tuple(rewards.shape)}"
+        )
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.float32)
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
+    return rewards
+
+
+def check_cluster_ids(cluster_ids: torch.Tensor | None, num_prompts: int) -> torch.Tensor | None:
+    """None, or a non-negative integer tensor with one id per prompt."""
+    if cluster_ids is None:
+        return None
+    cluster_ids = torch.as_tensor(cluster_ids)
+    if cluster_ids.is_floating_point() or cluster_ids.dtype == torch.bool:
+        raise ValueError(f"cluster_ids must be integers, got dtype {cluster_ids.dtype}")
+    if cluster_ids.shape != (num_prompts,):
+        raise ValueError(
+            f"cluster_ids must have shape [P] = [{num_prompts}], got {tuple(cluster_ids.shape)}"
+        )
+    if (cluster_ids < 0).any():
+        raise ValueError("cluster_ids must be non-negative")
+    return cluster_ids.to(torch.long)
+
+
+def centered(rewards: torch.Tensor) -> torch.Tensor:
+    """r − mean_p: the group-mean baseline shared by GRPO, Dr. GRPO and AGPO."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+@register("grpo")
+class GRPO(AdvantageEstimator):
+    """A = (r − mean_p) / (std_p + eps)  (spec §1; std with ``std_ddof``, TRL's eps = 1e-4)."""
+
+    def __init__(self, std_ddof: int = 1, eps: float = 1e-4):
+        if std_ddof not in (0, 1):
+            raise ValueError(f"std_ddof must be 0 or 1, got {std_ddof}")
+        if eps <= 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.std_ddof, self.eps = std_ddof, eps
+
+    def compute(self, rewards, cluster_ids):
+        std = group_std(rewards, dim=1, ddof=self.std_ddof)
+        return centered(rewards) / (std.unsqueeze(1) + self.eps), {}
+
+
+@register("dr_grpo")
+class DrGRPO(AdvantageEstimator):
+    """A = r − mean_p  (spec §1; Dr. GRPO, arXiv 2503.20783: no std division)."""
+
+    def compute(self, rewards, cluster_ids):
+        return centered(rewards), {}
+
+
+@register("rloo")
+class RLOO(AdvantageEstimator):
+    """A_i = r_i − mean_{j≠i} r_j  (spec §1; leave-one-out). A group of one gets A = 0."""
+
+    def compute(self, rewards, cluster_ids):
+        g = rewards.shape[1]
+        if g == 1:
+            return torch.zeros_like(rewards), {}
+        loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
+        return rewards - loo_mean, {}
+
+
+@register("agpo")
+class AGPOAdvantage(AdvantageEstimator):
+    """A = (r − mean_p) / max(disp_p, 1e-8), disp ∈ {std, mad, iqr} of the training group (spec §1)."""
+
+    def __init__(self, dispersion: str = "std"):
+        if dispersion not in ("std", "mad", "iqr"):
+            raise ValueError(f"unknown dispersion {dispersion!r}; known: 'std', 'mad', 'iqr'")
+        self.dispersion = dispersion
+
+    def compute(self, rewards, cluster_ids):
+        disp = dispersion(rewards, self.dispersion, dim=1, ddof=1)
+        return centered(rewards) / disp.clamp_min(1e-8).unsqueeze(1), {}
+
+
+@register("ebpo")
+class EBPO(AdvantageEstimator):
+    """Empirical-Bayes shrinkage baseline with batch whitening (spec §2, EBPO Algorithm 1).
+
+        S_q = (σ²/G) / (σ²/G + τ²)          (S = 1 where σ²/G + τ² ≤ 1e-6)
+        V_q = (1 − S_q)·μ_group,q + S_q·μ_glob
+        Â   = r − V_q
+        A   = (Â − mean Â) / (std Â + 1e-6)  over all P·G  (``whitening="whiten"``)
+
+    μ_glob and τ² are the mean and population variance of group means, σ² the population variance
+    of individual rewards. They come from Welford accumulators updated with the current batch
+    *before* its advantages are computed: fresh each call (``prior="batch"``, the authors' code) or
+    persistent with forgetting factor ``prior_decay`` (``prior="history"``, the paper). With
+    ``cluster_ids`` each cluster has its own accumulators; a cluster whose accumulator holds fewer
+    than ``min_cluster_count`` group means uses the global one.
+    """
+
+    def __init__(
+        self,
+        prior: str = "history",
+        prior_decay: float = 1.0,
+        whitening: str = "whiten",
+        min_cluster_count: float = 8.0,
+        var_floor: float = 1e-6,
+        whiten_eps: float = 1e-6,
+    ):
+        if prior not in ("history", "batch"):
+            raise ValueError(f"unknown EBPO prior {prior!r}; known: 'history', 'batch'")
+        if whitening not in ("whiten", "center", "none"):
+            raise ValueError(
+                f"unknown EBPO whitening {whitening!r}; known: 'whiten', 'center', 'none'"
+            )
+        if min_cluster_count < 0:
+            raise ValueError(f"min_cluster_count must be >= 0, got {min_cluster_count}")
+        self.prior, self.whitening = prior, whitening
+        self.prior_decay = prior_decay
+        self.min_cluster_count = float(min_cluster_count)
+        self.var_floor, self.whiten_eps = var_floor, whiten_eps
+        self.reset()
+
+    def reset(self) -> None:
+        # Slot 0 is the global prior; cluster id c lives in slot self.cluster_slots[c].
+        self.reward_moments = RunningMoments(self.prior_decay)  # σ²
+        self.group_mean_moments = RunningMoments(self.prior_decay)  # μ_glob, τ²
+        self.cluster_slots: dict[int, int] = {}
+
+    def slots_for(self, cluster_ids: torch.Tensor) -> torch.Tensor:
+        """Accumulator slot of each prompt's cluster, creating slots for new clusters."""
+        unique, inverse = torch.unique(cluster_ids, return_inverse=True)
+        for c in unique.tolist():
+            self.cluster_slots.setdefault(c, len(self.cluster_slots) + 1)
+        lookup = torch.tensor([self.cluster_slots[c] for c in unique.tolist()], dtype=torch.long)
+        return lookup[inverse]
+
+    def compute(self, rewards, cluster_ids):
+        if self.prior == "batch":
+            self.reset()
+        num_prompts, g = rewards.shape
+        group_mean = rewards.mean(dim=1)
+        self.reward_moments.update(rewards)
+        self.group_mean_moments.update(group_mean)
+        slot = torch.zeros(num_prompts, dtype=torch.long)
+        if cluster_ids is not None:
+            slot = self.slots_for(cluster_ids)
+            self.reward_moments.update(rewards, slot.repeat_interleave(g))
+            self.group_mean_moments.update(group_mean, slot)
+            enough = self.group_mean_moments.count[slot] >= self.min_cluster_count
+            slot = torch.where(enough, slot, torch.zeros_like(slot))
+
+        mu = self.group_mean_moments.mean[slot]
+        tau2 = self.group_mean_moments.variance[slot]
+        sigma2_over_g = self.reward_moments.variance[slot] / g
+        denom = sigma2_over_g + tau2
+        shrinkage = torch.where(
+            denom > self.var_floor, sigma2_over_g / denom.clamp_min(self.var_floor), 1.0
+        )
+        baseline = (1 - shrinkage) * group_mean + shrinkage * mu
+        raw = rewards - baseline.unsqueeze(1)
+        diagnostics = {
+            "shrinkage": shrinkage,
+            "baseline": baseline,
+            "prior_mean": mu,
+            "raw_advantages": raw,
+            "mu_glob": self.group_mean_moments.mean[0],
+            "sigma2": self.reward_moments.variance[0],
+            "tau2": self.group_mean_moments.variance[0],
+        }
+        return self.whiten(raw), diagnostics
+
+    def whiten(self, raw: torch.Tensor) -> torch.Tensor:
+        """Batch normalisation of the raw advantages over all P·G entries (ddof = 1, as verl)."""
+        if self.whitening == "none":
+            return raw
+        out = raw - raw.mean()
+        if self.whitening == "whiten":
+            out = out / (group_std(raw.reshape(-1), dim=0, ddof=1) + self.whiten_eps)
+        return out
+
+    def state_dict(self) -> dict:
+        return {
+            "reward_moments": self.reward_moments.state_dict(),
+            "group_mean_moments": self.group_mean_moments.state_dict(),
+            "cluster_slots": dict(self.cluster_slots),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reward_moments.load_state_dict(state["reward_moments"])
+        self.group_mean_moments.load_state_dict(state["group_mean_moments"])
+        self.cluster_slots = {int(k): int(v) for k, v in state["cluster_slots"].items()}

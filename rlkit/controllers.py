@@ -1,0 +1,198 @@
+"""AGPO controllers: adaptive sampling temperature (ATS) and adaptive clip radius (spec §3).
+
+Both are fed by a :class:`ProbeStats` record computed from a probe group of G completions per
+prompt, and return one value per prompt. They are small stateful objects with ``state_dict`` so a
+resumed run continues with the same EMAs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlkit.answers import vote_entropy
+from rlkit.stats import Ema, adjusted_skewness, dispersion
+
+
+@dataclass
+class ProbeStats:
+    """Per-prompt probe statistics (spec §3 step 1): σ̂, κ̃₃ and E_probe, each of shape [P]."""
+
+    dispersion: torch.Tensor
+    skewness: torch.Tensor
+    vote_entropy: torch.Tensor
+
+    @classmethod
+    def from_rewards(
+        cls,
+        rewards: torch.Tensor,
+        answers: Sequence[Sequence[str]] | None = None,
+        dispersion_kind: str = "std",
+    ) -> ProbeStats:
+        """σ̂ = dispersion of each probe group, κ̃₃ = its adjusted skewness, E_probe = vote
+        entropy of its extracted answers (0 when ``answers`` is None)."""
+        if rewards.dim() != 2:
+            raise ValueError(
+                f"probe rewards must have rank 2 [P, G], got shape {tuple(rewards.shape)}"
+            )
+        rewards = rewards.to(torch.float32)
+        num_prompts = rewards.shape[0]
+        if answers is None:
+            entropy = torch.zeros(num_prompts)
+        else:
+            if len(answers) != num_prompts:
+                raise ValueError(
+                    f"answers must hold one group per prompt: {len(answers)} != {num_prompts}"
+                )
+            entropy = vote_entropy(answers)
+        return cls(
+            dispersion=dispersion(rewards, dispersion_kind, dim=1, ddof=1),
+            skewness=adjusted_skewness(rewards, dim=1),
+            vote_entropy=entropy,
+        )
+
+    def select(self, index: torch.Tensor) -> ProbeStats:
+        """The statistics of the prompts ``index`` (indices or a boolean mask)."""
+        return ProbeStats(self.dispersion[index], self.skewness[index], self.vote_entropy[index])
+
+    @classmethod
+    def cat(cls, parts: Sequence[ProbeStats]) -> ProbeStats:
+        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dispersion", "skewness", "vote_entropy")))
+
+    @classmethod
+    def zeros(cls, num_prompts: int) -> ProbeStats:
+        """No information: every controller then falls back to its base value."""
+        return cls(torch.zeros(num_prompts), torch.zeros(num_prompts), torch.zeros(num_prompts))
+
+
+def _check_range(name: str, low: float, high: float) -> None:
+    if not 0 < low <= high:
+        raise ValueError(f"{name} bounds must satisfy 0 < min <= max, got min={low}, max={high}")
+
+
+def _check_nonnegative(**values: float) -> None:
+    for name, value in values.items():
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+class AdaptiveTemperature:
+    """Adaptive temperature sampling (spec §3 step 2)::
+
+        U  = w_r·σ̂ + w_e·E_probe + w_k·|κ̃₃|
+        Ũ  = (U − Ū) / (Ū + 1e-8)
+        τ  = clip(τ_base · (1 + λ·Ũ), τ_min, τ_max)
+
+    Ū is an EMA (``ema_rate``) of U updated prompt by prompt, after that prompt's τ is computed.
+    Warm-up: while Ū ≤ 1e-8, Ũ = 0 and Ū ← U.
+    """
+
+    def __init__(
+        self,
+        w_dispersion: float = 1.0,
+        w_entropy: float = 1.0,
+        w_skew: float = 0.0,
+        lam: float = 0.15,
+        tau_base: float = 1.0,
+        tau_min: float = 0.5,
+        tau_max: float = 1.5,
+        ema_rate: float = 0.1,
+    ):
+        _check_range("temperature", tau_min, tau_max)
+        _check_nonnegative(w_dispersion=w_dispersion, w_entropy=w_entropy, w_skew=w_skew, lam=lam)
+        if tau_base <= 0:
+            raise ValueError(f"tau_base must be > 0, got {tau_base}")
+        if not 0 < ema_rate <= 1:
+            raise ValueError(f"ema_rate must be in (0, 1], got {ema_rate}")
+        self.w = (w_dispersion, w_entropy, w_skew)
+        self.lam, self.tau_base, self.tau_min, self.tau_max = lam, tau_base, tau_min, tau_max
+        self.ema_rate = ema_rate
+        self.u_bar = 0.0
+
+    def uncertainty(self, stats: ProbeStats) -> torch.Tensor:
+        w_r, w_e, w_k = self.w
+        return w_r * stats.dispersion + w_e * stats.vote_entropy + w_k * stats.skewness.abs()
+
+    def __call__(self, stats: ProbeStats) -> torch.Tensor:
+        u = self.uncertainty(stats).to(torch.float64)
+        u_tilde = torch.zeros_like(u)
+        for p, u_p in enumerate(u.tolist()):  # Ū is a sequential EMA: prompt p sees Ū after p − 1
+            if self.u_bar <= 1e-8:
+                self.u_bar = u_p
+                continue
+            u_tilde[p] = (u_p - self.u_bar) / (self.u_bar + 1e-8)
+            self.u_bar = (1 - self.ema_rate) * self.u_bar + self.ema_rate * u_p
+        tau = self.tau_base * (1 + self.lam * u_tilde)
+        self.last_u, self.last_u_tilde = u.to(torch.float32), u_tilde.to(torch.float32)
+        return tau.clamp(self.tau_min, self.tau_max).to(torch.float32)
+
+    def state_dict(self) -> dict:
+        return {"u_bar": self.u_bar}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.u_bar = float(state["u_bar"])
+
+
+class AdaptiveClip:
+    """Adaptive clip radius, used symmetrically as [1 − ε, 1 + ε] (spec §3 step 4)::
+
+        ε = clip( ε_base · clip(H / H̄_ref, 0.5, 1.5) · (1 + δ·E_probe)
+                  / (1 + α·σ̂ + γ·D̂_KL + ζ·|κ̃₃|),  ε_min, ε_max )
+
+    H is the mean token entropy of the pre-update policy on the training completions (a scalar or
+    one value per prompt), H̄_ref an EMA of its batch mean (rate ``entropy_ema_rate``, initialised
+    at the first value and updated after use). D̂_KL is an EMA (rate ``kl_ema_rate``) of the
+    post-update drift: :meth:`update_kl` receives the per-prompt k1 estimates
+    mean_t(log π_old − log π_new), clamps them at 0 and feeds their batch mean, so each step's ε
+    uses the previous step's drift (spec §3 step 5).
+    """
+
+    def __init__(
+        self,
+        eps_base: float = 0.2,
+        eps_min: float = 0.05,
+        eps_max: float = 0.4,
+        alpha: float = 1.0,
+        gamma: float = 0.5,
+        delta: float = 0.1,
+        zeta: float = 0.0,
+        entropy_ema_rate: float = 0.01,
+        kl_ema_rate: float = 0.1,
+    ):
+        _check_range("clip epsilon", eps_min, eps_max)
+        _check_nonnegative(alpha=alpha, gamma=gamma, delta=delta, zeta=zeta)
+        if eps_base <= 0:
+            raise ValueError(f"eps_base must be > 0, got {eps_base}")
+        self.eps_base, self.eps_min, self.eps_max = eps_base, eps_min, eps_max
+        self.alpha, self.gamma, self.delta, self.zeta = alpha, gamma, delta, zeta
+        self.entropy_ref = Ema(entropy_ema_rate)
+        self.kl = Ema(kl_ema_rate, value=0.0)
+
+    def __call__(self, stats: ProbeStats, entropy: torch.Tensor | float) -> torch.Tensor:
+        entropy = torch.as_tensor(entropy, dtype=torch.float32)
+        if self.entropy_ref.value is None:
+            self.entropy_ref.update(entropy.mean())
+        ratio = (entropy / max(self.entropy_ref.value, 1e-8)).clamp(0.5, 1.5)
+        numerator = self.eps_base * ratio * (1 + self.delta * stats.vote_entropy)
+        denominator = (
+            1
+            + self.alpha * stats.dispersion
+            + self.gamma * self.kl.value
+            + self.zeta * stats.skewness.abs()
+        )
+        self.entropy_ref.update(entropy.mean())
+        self.last_eps = (numerator / denominator).clamp(self.eps_min, self.eps_max).to(torch.float32)
+        return self.last_eps
+
+    def update_kl(self, kl_per_prompt: torch.Tensor) -> float:
+        """Feed the post-update k1 drift of each prompt; returns the new D̂_KL."""
+        return self.kl.update(torch.as_tensor(kl_per_prompt).clamp_min(0).mean())
+
+    def state_dict(self) -> dict:
+        return {"entropy_ref": self.entropy_ref.state_dict(), "kl": self.kl.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.entropy_ref.load_state_dict(state["entropy_ref"])
+        self.kl.load_state_dict(state["kl"])

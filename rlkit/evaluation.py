@@ -1,0 +1,80 @@
+"""Evaluation: greedy accuracy, Pass@1 averaged over k samples, and Maj@k.
+
+Sampling here runs under its own seed (``generate_rollouts(generator_seed=…)``), so evaluating
+never disturbs the training RNG stream and every method is scored on the same random draws.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+
+from rlkit.answers import extract_answer
+from rlkit.rewards import RewardScorer
+from rlkit.rollout import generate_rollouts
+from rlkit.tasks.base import Problem
+
+EVAL_SEED = 1234
+
+
+def _generate_and_score(policy, problems, scorer, k, temperature, max_new_tokens, batch_size, seed):
+    """Rewards [P, k] and completion texts of k samples per problem (greedy if temperature 0)."""
+    rewards, texts = [], []
+    per_batch = max(1, batch_size // k)
+    for start in range(0, len(problems), per_batch):
+        chunk = problems[start : start + per_batch]
+        prompts = [p.prompt for p in chunk for _ in range(k)]
+        rollouts = generate_rollouts(
+            policy.model,
+            policy.tokenizer,
+            prompts,
+            torch.full((len(prompts),), float(temperature)),
+            max_new_tokens,
+            generator_seed=seed + start,
+        )
+        scored = scorer.score(rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)])
+        rewards.append(scored.rewards.view(len(chunk), k))
+        texts += rollouts.completion_texts
+    return torch.cat(rewards), texts
+
+
+def sampled_pass_rates(
+    policy,
+    problems: Sequence[Problem],
+    scorer: RewardScorer,
+    k: int,
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int = 512,
+    seed: int = EVAL_SEED,
+) -> torch.Tensor:
+    """Per-problem fraction of k samples at ``temperature`` that score a reward > 0.5."""
+    rewards, _ = _generate_and_score(policy, list(problems), scorer, k, temperature, max_new_tokens, batch_size, seed)
+    return (rewards > 0.5).float().mean(dim=1)
+
+
+def majority_correct(texts: Sequence[str], problems: Sequence[Problem], k: int) -> torch.Tensor:
+    """Maj@k: 1 where the most frequent extracted answer of a problem's k samples is correct
+    (ties broken by first occurrence)."""
+    out = []
+    for i, problem in enumerate(problems):
+        votes = Counter(extract_answer(t) for t in texts[i * k : (i + 1) * k])
+        out.append(float(votes.most_common(1)[0][0] == extract_answer(problem.answer)))
+    return torch.tensor(out)
+
+
+def evaluate(policy, problems: Sequence[Problem], scorer: RewardScorer, eval_cfg, max_new_tokens: int) -> dict:
+    """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at eval temperature) and
+    ``eval/maj@k`` on ``problems``."""
+    problems = list(problems)
+    greedy, _ = _generate_and_score(policy, problems, scorer, 1, 0.0, max_new_tokens, 512, EVAL_SEED)
+    sampled, texts = _generate_and_score(
+        policy, problems, scorer, eval_cfg.k, eval_cfg.temperature, max_new_tokens, 512, EVAL_SEED
+    )
+    return {
+        "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),
+        "eval/pass@1": float((sampled > 0.5).float().mean()),
+        f"eval/maj@{eval_cfg.k}": float(majority_correct(texts, problems, eval_cfg.k).mean()),
+    }

@@ -1,0 +1,59 @@
+"""Metrics sinks: one JSON line per step (``metrics.jsonl``) and TensorBoard event files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+def _clean(value):
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class MetricsLogger:
+    """Appends ``{"step": n, name: value, ...}`` lines; a resumed run first drops lines after the
+    checkpoint's step so the file reads as one uninterrupted run."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.write_text("")
+        else:
+            self.truncate_after(resume_step)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=resume_step)
+
+    def truncate_after(self, step: int) -> None:
+        rows = read_metrics(self.path) if self.path.exists() else []
+        kept = [json.dumps(r) for r in rows if r["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, metrics: dict) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.writer is not None:
+            for name, value in row.items():
+                if name != "step" and value is not None:
+                    self.writer.add_scalar(name, value, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(path: Path | str) -> list[dict]:
+    """All rows of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl``)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise ValueError(f"no metrics file at {path}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

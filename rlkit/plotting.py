@@ -1,0 +1,67 @@
+"""Standard training curves of one or several runs (``rlkit plot RUN_DIR …``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from rlkit.metrics import read_metrics  # noqa: E402
+
+STANDARD_CURVES = {
+    "reward": "train reward",
+    "eval/greedy_accuracy": "held-out greedy accuracy",
+    "entropy": "policy entropy (nats/token)",
+    "grad_norm": "grad norm",
+    "frac_reward_zero_std": "frac. groups with zero reward std",
+    "agpo/epsilon/mean": "AGPO clip ε (mean)",
+    "agpo/temperature/mean": "AGPO temperature τ (mean)",
+    "ebpo/shrinkage_mean": "EBPO shrinkage S (mean)",
+}
+
+
+def curves(rows: list[dict], name: str) -> tuple[list[int], list[float]]:
+    points = [(r["step"], r[name]) for r in rows if r.get(name) is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_runs(runs: Mapping[str, Path | str | list[dict]], out: Path | str, smooth: int = 5) -> Path:
+    """Plot every standard curve that at least one run logged; one line per run.
+
+    ``runs`` maps a label to a run directory (or to already-read metric rows). Noisy per-step
+    curves get a trailing moving average over ``smooth`` steps; evaluation points are drawn as is.
+    """
+    data = {label: read_metrics(r) if not isinstance(r, list) else r for label, r in runs.items()}
+    names = [n for n in STANDARD_CURVES if any(curves(rows, n)[0] for rows in data.values())]
+    if not names:
+        raise ValueError("none of the runs logged a standard metric")
+    cols = min(4, len(names))
+    nrows = -(-len(names) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for label, rows in data.items():
+            steps, values = curves(rows, name)
+            if not steps:
+                continue
+            if name.startswith("eval/"):
+                ax.plot(steps, values, marker="o", label=label)
+            else:
+                k = max(1, min(smooth, len(values)))
+                avg = [sum(values[max(0, i - k + 1) : i + 1]) / len(values[max(0, i - k + 1) : i + 1]) for i in range(len(values))]
+                ax.plot(steps, avg, label=label)
+        ax.set_title(STANDARD_CURVES[name], fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

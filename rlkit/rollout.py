@@ -1,0 +1,348 @@
+"""Rollouts with one sampling temperature per row, and log-probs at that temperature (spec §3).
+
+AGPO samples each prompt's training group at its own temperature τ_t (spec §3 step 3), and rlkit
+computes the importance ratio with log-probs *at that temperature* (`ratio_temperature: sampling`,
+fixing a flaw of the authors' code). Three pieces:
+
+- `RowTemperatureLogitsProcessor` divides row b's logits by T_b inside HF `generate`;
+- `generate_rollouts` samples completions and lays them out as a `RolloutBatch`;
+- `sequence_logprobs` recomputes log π(y_t | y_<t) / T per completion token (with or without
+  grad) and, optionally, the full-vocabulary entropy at T = 1 (spec §3 step 4).
+
+Order of logits processors (checked in transformers 5.24, `GenerationMixin._get_logits_processor`):
+user processors passed as `logits_processor=` are merged in *after* HF's built-in processors
+(repetition penalty, min length, ...) but *before* the sampling warpers HF builds from the
+generation config (temperature → top-k → top-p → min-p ...). So a plain `top_p=` would already act
+after our row temperature in this version, but the placement of custom processors has changed
+across releases, and a model's `generation_config.json` may carry its own temperature/top-k/top-p
+(Qwen3 ships T = 0.6, top-k 20, top-p 0.95). To make the sampling distribution exactly
+top-p(top-k(logits / T_b)) in any version, generation here neutralises every HF warper (T = 1,
+top-k 0, top-p 1, ...) and passes its own chain [row temperature, top-k, top-p], in that order.
+`tests/test_rollout.py` checks the resulting scores against that formula.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+
+import torch
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedTokenizerBase,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from rlkit.losses import entropy_from_logits
+
+# Generation options that leave the model's distribution untouched. They override whatever the
+# model's generation_config.json sets, so the only processors applied are the ones passed here.
+NEUTRAL_PROCESSING = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}
+NEUTRAL_SAMPLING = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+
+
+class RowTemperatureLogitsProcessor(LogitsProcessor):
+    """Divide the logits of row b by its own temperature T_b (one entry per row of the batch).
+
+    Rows are those `generate` sees: if the caller expands prompts (repeats them, or uses
+    `num_return_sequences`), it passes one temperature per expanded row, in that order.
+    """
+
+    def __init__(self, temperatures: torch.Tensor) -> None:
+        temperatures = torch.as_tensor(temperatures, dtype=torch.float32)
+        if temperatures.ndim != 1 or not bool((temperatures > 0).all()):
+            raise ValueError(f"temperatures must be a 1-D tensor of values > 0, got {temperatures}")
+        self.temperatures = temperatures
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if scores.shape[0] != self.temperatures.shape[0]:
+            raise ValueError(
+                f"RowTemperatureLogitsProcessor has {self.temperatures.shape[0]} temperatures "
+                f"but the batch has {scores.shape[0]} rows"
+            )
+        temperatures = self.temperatures.to(device=scores.device, dtype=scores.dtype)
+        return scores / temperatures[:, None]
+
+
+def sampling_processors(
+    temperatures: torch.Tensor, top_p: float = 1.0, top_k: int = 0
+) -> LogitsProcessorList:
+    """The sampling chain: per-row temperature, then top-k, then top-p (nucleus on logits / T)."""
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    processors = LogitsProcessorList([RowTemperatureLogitsProcessor(temperatures)])
+    if top_k > 0:
+        processors.append(TopKLogitsWarper(top_k=top_k))
+    if top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p=top_p))
+    return processors
+
+
+@dataclass
+class RolloutBatch:
+    """Sampled completions, laid out for the loss.
+
+    `input_ids` / `attention_mask` are [B, L] with L = prompt_length + Lc: the prompt left-padded
+    to `prompt_length`, then the completion right-padded to Lc. `completion_mask` [B, Lc] marks
+    the real completion tokens, EOS included, padding after it excluded. `truncated` rows hit
+    `max_new_tokens` without an EOS. `temperatures` [B] are the sampling temperatures (0 =
+    greedy).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    prompt_length: int
+    completion_texts: list[str]
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    temperatures: torch.Tensor
+
+    @property
+    def prompt_ids(self) -> torch.Tensor:
+        return self.input_ids[:, : self.prompt_length]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_length :]
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        return RolloutBatch(
+            **{
+                f.name: _map_tensor(getattr(self, f.name), lambda t: t.to(device))
+                for f in fields(self)
+            }
+        )
+
+    def select(self, index: torch.Tensor | list[int] | slice) -> RolloutBatch:
+        """The rows `index` (a mini-batch), keeping the padded layout (same prompt_length)."""
+        if isinstance(index, slice):
+            index = torch.arange(len(self))[index]
+        index = torch.as_tensor(index, dtype=torch.long)
+        return RolloutBatch(
+            input_ids=self.input_ids[index.to(self.input_ids.device)],
+            attention_mask=self.attention_mask[index.to(self.attention_mask.device)],
+            completion_mask=self.completion_mask[index.to(self.completion_mask.device)],
+            prompt_length=self.prompt_length,
+            completion_texts=[self.completion_texts[i] for i in index.tolist()],
+            lengths=self.lengths[index.to(self.lengths.device)],
+            truncated=self.truncated[index.to(self.truncated.device)],
+            temperatures=self.temperatures[index.to(self.temperatures.device)],
+        )
+
+
+def _map_tensor(value, fn):
+    return fn(value) if isinstance(value, torch.Tensor) else value
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Run under `torch.manual_seed(seed)` without disturbing the global RNG (None: no-op)."""
+    if seed is None:
+        yield
+        return
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """EOS ids from the tokenizer and the model's generation config (e.g. Llama-3's <|eot_id|>)."""
+    ids = {tokenizer.eos_token_id}
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
+    ids.discard(None)
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation config has an EOS token")
+    return sorted(ids)
+
+
+def _completion_layout(
+    completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mask up to and including the first EOS; re-pad after it.
+
+    Returns (completion_ids, completion_mask, lengths, truncated). Works when pad == EOS.
+    """
+    width = completion_ids.shape[1]
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
+    truncated = ~is_eos.any(dim=1)
+    first_eos = is_eos.int().argmax(dim=1)
+    lengths = torch.where(truncated, torch.full_like(first_eos, width), first_eos + 1)
+    positions = torch.arange(width, device=completion_ids.device)
+    completion_mask = positions[None, :] < lengths[:, None]
+    return completion_ids.masked_fill(~completion_mask, pad_id), completion_mask, lengths, truncated
+
+
+@torch.no_grad()
+def generate_rollouts(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    temperatures: torch.Tensor,
+    max_new_tokens: int,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator_seed: int | None = None,
+) -> RolloutBatch:
+    """Sample one completion per prompt, row b at temperature T_b (spec §3 step 3).
+
+    `prompts` are already repeated G times per group by the caller. If every temperature is 0 the
+    completions are greedy (evaluation); otherwise all must be > 0. The model runs in eval mode
+    (its mode is restored after). Deterministic given the global torch seed, or `generator_seed`
+    (which leaves the global RNG untouched).
+    """
+    if not prompts:
+        raise ValueError("prompts must be a non-empty list of strings")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    temperatures = torch.as_tensor(temperatures, dtype=torch.float32).flatten()
+    if temperatures.numel() == 1:
+        temperatures = temperatures.expand(len(prompts)).clone()
+    if temperatures.shape[0] != len(prompts):
+        raise ValueError(
+            f"temperatures has {temperatures.shape[0]} entries for {len(prompts)} prompts"
+        )
+    greedy = bool((temperatures == 0).all())
+    if not greedy and not bool((temperatures > 0).all()):
+        raise ValueError(f"temperatures must be all > 0 (or all 0 for greedy), got {temperatures}")
+
+    device = _model_device(model)
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left").to(device)
+    eos_ids = _eos_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    options = {**NEUTRAL_PROCESSING, "do_sample": not greedy}
+    if not greedy:
+        options.update(NEUTRAL_SAMPLING)
+        options["logits_processor"] = sampling_processors(temperatures, top_p, top_k)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with _seeded(generator_seed, device):
+            sequences = model.generate(
+                **encoded,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_ids,
+                pad_token_id=pad_id,
+                **options,
+            )
+    finally:
+        model.train(was_training)
+
+    prompt_length = encoded["input_ids"].shape[1]
+    completion_ids, completion_mask, lengths, truncated = _completion_layout(
+        sequences[:, prompt_length:], eos_ids, pad_id
+    )
+    return RolloutBatch(
+        input_ids=torch.cat([encoded["input_ids"], completion_ids], dim=1),
+        attention_mask=torch.cat([encoded["attention_mask"], completion_mask.long()], dim=1),
+        completion_mask=completion_mask,
+        prompt_length=prompt_length,
+        completion_texts=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+        lengths=lengths,
+        truncated=truncated,
+        temperatures=temperatures.to(device),
+    )
+
+
+def _token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_length: int,
+    temperatures: torch.Tensor,
+    compute_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
+
+    Only the Lc + 1 last positions go through the output head (`logits_to_keep`); the log-prob
+    is a gather minus a logsumexp, so no [B, Lc, V] log-softmax tensor is materialised beyond
+    the scaled logits themselves.
+    """
+    completion_width = input_ids.shape[1] - prompt_length
+    position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=completion_width + 1,
+        use_cache=False,
+    ).logits[:, :-1]
+    targets = input_ids[:, prompt_length:]
+    scaled = logits.float() / temperatures[:, None, None]
+    logp = scaled.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    entropy = None
+    if compute_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+    return logp, entropy
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    temperatures: torch.Tensor | None = None,
+    compute_entropy: bool = False,
+    micro_batch_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (spec §3, §4).
+
+    `temperatures` [B] (None = 1 for every row) scale the logits before the softmax, matching
+    how the completions were sampled. With `compute_entropy`, also returns the entropy (nats)
+    of the full-vocabulary distribution at T = 1 (spec §3 step 4), without grad. Positions
+    outside `completion_mask` are 0. Runs with grad unless the caller wraps it in no_grad.
+    Position ids follow the attention mask, so left padding does not shift positions.
+    """
+    rows = len(batch)
+    device = _model_device(model)
+    if temperatures is None:
+        temperatures = torch.ones(rows)
+    temperatures = torch.as_tensor(temperatures, dtype=torch.float32).to(device)
+    if temperatures.shape != (rows,) or not bool((temperatures > 0).all()):
+        raise ValueError(
+            f"temperatures must be [{rows}] values > 0, got shape {tuple(temperatures.shape)}"
+        )
+    step = micro_batch_size or rows
+    if step < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+
+    batch = batch.to(device)
+    logps, entropies = [], []
+    for start in range(0, rows, step):
+        part = slice(start, start + step)
+        logp, entropy = _token_logprobs(
+            model,
+            batch.input_ids[part],
+            batch.attention_mask[part],
+            batch.prompt_length,
+            temperatures[part],
+            compute_entropy,
+        )
+        logps.append(logp)
+        entropies.append(entropy)
+    mask = batch.completion_mask
+    logp = torch.cat(logps).masked_fill(~mask, 0.0)
+    entropy = torch.cat(entropies).masked_fill(~mask, 0.0) if compute_entropy else None
+    return logp, entropy

@@ -1,0 +1,34 @@
+"""Train and eval problems for a run, from the ``task`` section of the config."""
+
+from __future__ import annotations
+
+import random
+
+from rlkit.tasks.base import Problem
+
+EVAL_SUBSET_SEED = 0
+
+
+def _subset(problems: list[Problem], n: int) -> list[Problem]:
+    """``n`` problems drawn without replacement under a fixed seed (splits are ordered cell by
+    cell, so a plain prefix would cover only the first topics)."""
+    if n >= len(problems):
+        return problems
+    return random.Random(EVAL_SUBSET_SEED).sample(problems, n)
+
+
+def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
+    """(train, eval) problems. The run's seed does not change the task (it only orders it):
+    the built-in arithmetic task is the one the tiny model was warm-started on."""
+    if task_cfg.name == "arithmetic":
+        from rlkit.tasks.arithmetic import ArithmeticTask
+
+        task = ArithmeticTask()
+        train, evaluation = task.problems("train"), task.problems("eval")
+    else:
+        from rlkit.tasks.math_datasets import load_math_problems
+
+        train = load_math_problems(task_cfg.name, split="train", template=task_cfg.template)
+        eval_name = task_cfg.eval_name or task_cfg.name
+        evaluation = load_math_problems(eval_name, split="test", template=task_cfg.template)
+    return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)

@@ -1,0 +1,559 @@
+"""The RLVR trainer: one loop for GRPO, Dr. GRPO, RLOO, EBPO and AGPO (spec §1–§5).
+
+One step, top to bottom (:meth:`Trainer.step`):
+
+1. draw P prompts (shuffled / topic clusters / difficulty curriculum; DAPO dynamic sampling);
+2. AGPO only: probe statistics (``full`` | ``previous`` | ``reuse``) → per-prompt τ_t;
+3. sample G completions per prompt at its temperature and score them;
+4. advantages from the registry estimator;
+5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy;
+6. AGPO only: per-prompt clip radius ε;
+7. μ update epochs over mini-batches with gradient accumulation;
+8. AGPO only: the step KL after the update feeds the clip controller;
+9. metrics (spec §5), periodic evaluation, atomic checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from rlkit.advantages import get_estimator
+from rlkit.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from rlkit.config import BUILTIN_MODEL, TrainConfig
+from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
+from rlkit.dapo import informative_groups, overlong_penalty
+from rlkit.evaluation import evaluate, sampled_pass_rates
+from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
+from rlkit.metrics import MetricsLogger
+from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.rewards import RewardScorer, get_reward_fn
+from rlkit.rollout import RolloutBatch, concat_rollouts, generate_rollouts, sequence_logprobs
+from rlkit.sampling import PromptSampler
+from rlkit.tasks.loader import load_problems
+from rlkit.tasks.base import Problem
+
+
+class NonFiniteError(RuntimeError):
+    """Raised after too many consecutive steps with a non-finite loss or gradient."""
+
+
+@dataclass
+class Groups:
+    """P prompts × G scored completions, rows laid out prompt-major (B = P·G)."""
+
+    problems: list[Problem]
+    rollouts: RolloutBatch
+    rewards: torch.Tensor  # [P, G]
+    temperatures: torch.Tensor  # [P] sampling temperature of each prompt's group
+    probe_stats: ProbeStats | None = None  # AGPO: the statistics τ_t and ε were computed from
+    reward_failures: int = 0  # rewards that raised or timed out
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def answers(self) -> list[list[str]]:
+        texts, g = self.rollouts.completion_texts, self.group_size
+        return [texts[p * g : (p + 1) * g] for p in range(len(self.problems))]
+
+    def select(self, keep: torch.Tensor) -> Groups:
+        """The prompts where ``keep`` (bool [P]) is True."""
+        rows = torch.nonzero(keep).flatten()
+        seq = (rows[:, None] * self.group_size + torch.arange(self.group_size)).flatten()
+        return Groups(
+            [self.problems[i] for i in rows.tolist()],
+            self.rollouts.select(seq),
+            self.rewards[rows],
+            self.temperatures[rows],
+            None if self.probe_stats is None else self.probe_stats.select(rows),
+            self.reward_failures,
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[Groups], pad_token_id: int) -> Groups:
+        if len(parts) == 1:
+            return parts[0]
+        stats = [p.probe_stats for p in parts]
+        return Groups(
+            [q for p in parts for q in p.problems],
+            concat_rollouts([p.rollouts for p in parts], pad_token_id),
+            torch.cat([p.rewards for p in parts]),
+            torch.cat([p.temperatures for p in parts]),
+            None if stats[0] is None else ProbeStats.cat(stats),
+            sum(p.reward_failures for p in parts),
+        )
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def resolve_model_path(cfg: TrainConfig) -> str:
+    """``builtin:tiny`` → the cached warm-started tiny model (built on first use)."""
+    if cfg.model.name_or_path != BUILTIN_MODEL:
+        return cfg.model.name_or_path
+    if cfg.task.name != "arithmetic":
+        raise ValueError("model.name_or_path=builtin:tiny only works with task.name=arithmetic")
+    from rlkit.models.tiny import build_tiny_policy
+    from rlkit.tasks.arithmetic import ArithmeticTask
+
+    return str(build_tiny_policy(ArithmeticTask(), progress=cfg.progress))
+
+
+def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+    """Linear warm-up over ``warmup_steps``, then constant or cosine decay to 0 at ``steps``."""
+    warmup, total, schedule = cfg.optim.warmup_steps, cfg.steps, cfg.optim.schedule
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+        return 1.0
+
+    return factor
+
+
+def per_prompt_mean(values: torch.Tensor, mask: torch.Tensor, num_prompts: int) -> torch.Tensor:
+    """Mean of a per-token quantity over the real tokens of each prompt's G completions."""
+    mask = mask.to(values.dtype)
+    return (values * mask).view(num_prompts, -1).sum(1) / mask.view(num_prompts, -1).sum(1).clamp_min(1)
+
+
+def summary(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean(), f"{prefix}/min": values.min(), f"{prefix}/max": values.max()}
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.output_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        seed_everything(cfg.seed)
+
+        spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
+        spec["name_or_path"] = resolve_model_path(cfg)
+        self.policy: Policy = load_policy(ModelSpec(**spec))
+        self.pad_id = self.policy.tokenizer.pad_token_id
+        self.train_problems, eval_problems = load_problems(cfg.task)
+        self.eval_problems = eval_problems[: cfg.eval.num_problems]
+        self.scorer = RewardScorer(
+            get_reward_fn(cfg.task.reward),
+            num_workers=cfg.task.reward_workers,
+            timeout_s=cfg.task.reward_timeout_s,
+            on_error=cfg.task.on_reward_error,
+        )
+        self.estimator = get_estimator(cfg.algo.estimator, **cfg.algo.options)
+        self.cluster_index: dict[str, int] = {}
+        self.temperature_ctl = self.clip_ctl = None
+        if cfg.agpo.enabled:
+            self.temperature_ctl = AdaptiveTemperature(tau_base=cfg.rollout.temperature, **cfg.agpo.temperature)
+            self.clip_ctl = AdaptiveClip(**cfg.agpo.clip)
+        self.previous_stats: dict[str, ProbeStats] = {}  # probe "previous": problem id → stats
+
+        self.optimizer = torch.optim.AdamW(
+            self.policy.trainable_parameters(),
+            lr=cfg.optim.lr,
+            betas=cfg.optim.betas,
+            weight_decay=cfg.optim.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
+        self.step_count = 0
+        self.score_time = 0.0
+        self.counters = {"tokens_generated": 0, "tokens_probe": 0, "nonfinite_skips": 0, "consecutive_skips": 0}
+
+        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        if resume and checkpoint is None:
+            raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
+        state = load_trainer_state(checkpoint) if checkpoint else None
+        pass_rates = None
+        if cfg.rollout.order == "difficulty":
+            pass_rates = state["curriculum_pass_rates"] if state else self.starting_pass_rates()
+        self.curriculum_pass_rates = pass_rates
+        self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
+        if state:
+            self.load_state(checkpoint, state)
+        else:
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        self.logger = MetricsLogger(self.run_dir, cfg.tensorboard, self.step_count if state else None)
+
+    def starting_pass_rates(self) -> torch.Tensor:
+        """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
+        return sampled_pass_rates(
+            self.policy, self.train_problems, self.scorer, self.cfg.eval.k, 1.0, self.cfg.rollout.max_new_tokens
+        )
+
+    # ------------------------------------------------------------------ rollouts
+    def sample_groups(
+        self, problems: list[Problem], temperatures: torch.Tensor, stats: ProbeStats | None = None
+    ) -> Groups:
+        """G completions per problem at its temperature, scored (spec §3 step 3)."""
+        ro, g = self.cfg.rollout, self.cfg.rollout.group_size
+        rollouts = generate_rollouts(
+            self.policy.model,
+            self.policy.tokenizer,
+            [p.prompt for p in problems for _ in range(g)],
+            temperatures.repeat_interleave(g),
+            ro.max_new_tokens,
+            top_p=ro.top_p,
+            top_k=ro.top_k,
+        )
+        t0 = time.perf_counter()
+        scored = self.scorer.score(rollouts.completion_texts, [p.answer for p in problems for _ in range(g)])
+        self.score_time += time.perf_counter() - t0
+        rewards = scored.rewards.clone()
+        lengths, truncated = rollouts.lengths.cpu(), rollouts.truncated.cpu()
+        if ro.truncated == "zero_reward":
+            rewards[truncated] = 0.0
+        elif ro.truncated == "mask":
+            rollouts.completion_mask[truncated.to(rollouts.completion_mask.device)] = False
+        if ro.overlong_buffer > 0:
+            rewards += overlong_penalty(lengths, ro.max_new_tokens, ro.overlong_buffer, ro.overlong_penalty)
+        return Groups(
+            problems,
+            rollouts,
+            rewards.view(len(problems), g),
+            temperatures.float(),
+            stats,
+            scored.num_errors + scored.num_timeouts,
+        )
+
+    def probe(self, problems: list[Problem]) -> tuple[ProbeStats, Groups | None]:
+        """Per-prompt probe statistics (spec §3 step 1).
+
+        ``full``/``reuse``: sample a probe group at τ_base. ``previous``: the statistics of the
+        prompt's last training group, else the mean of the last batch's (no generation).
+        """
+        if self.cfg.agpo.probe == "previous":
+            fallback = self.previous_stats.get("__batch__")
+            known = [self.previous_stats.get(p.id, fallback) for p in problems]
+            if fallback is None:
+                return ProbeStats.zeros(len(problems)), None
+            return ProbeStats.cat(known), None
+        base = torch.full((len(problems),), self.cfg.rollout.temperature)
+        probe = self.sample_groups(problems, base)
+        self.counters["tokens_probe"] += int(probe.rollouts.lengths.sum())
+        return ProbeStats.from_rewards(probe.rewards, probe.answers, self.cfg.agpo.dispersion), probe
+
+    def groups_for(self, problems: list[Problem]) -> Groups:
+        """Training groups for ``problems``: at τ_base, or at AGPO's per-prompt τ_t."""
+        base = torch.full((len(problems),), self.cfg.rollout.temperature)
+        if not self.cfg.agpo.enabled:
+            return self.sample_groups(problems, base)
+        stats, probe = self.probe(problems)
+        tau = self.temperature_ctl(stats) if self.cfg.agpo.adaptive_temperature else base
+        if probe is None or self.cfg.agpo.probe != "reuse":
+            return self.sample_groups(problems, tau, stats)
+        reuse = (tau - base).abs() <= 1e-6  # the probe was drawn at τ_t already: train on it
+        probe.probe_stats = stats
+        parts = [probe.select(reuse)] if reuse.any() else []
+        if not reuse.all():
+            fresh = [p for p, r in zip(problems, reuse.tolist()) if not r]
+            parts.append(self.sample_groups(fresh, tau[~reuse], stats.select(~reuse)))
+        return Groups.cat(parts, self.pad_id)
+
+    def draw_groups(self) -> tuple[Groups, dict]:
+        """P prompts with their groups. With DAPO dynamic sampling, groups of identical rewards
+        are dropped and more prompts drawn until P remain or ``max_gen_batches`` is reached."""
+        ro = self.cfg.rollout
+        parts, dropped, batches = [], 0, 0
+        while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
+            groups = self.groups_for(self.sampler.next_batch(ro.num_prompts))
+            batches += 1
+            if ro.dynamic_sampling:
+                keep = informative_groups(groups.rewards)
+                dropped += int((~keep).sum())
+                if not keep.any() and (parts or batches < ro.max_gen_batches):
+                    continue
+                groups = groups.select(keep) if keep.any() else groups
+            parts.append(groups)
+            if sum(len(p.problems) for p in parts) >= ro.num_prompts:
+                break
+        groups = Groups.cat(parts, self.pad_id)
+        if len(groups.problems) > ro.num_prompts:
+            groups = groups.select(torch.arange(len(groups.problems)) < ro.num_prompts)
+        return groups, {"dapo/gen_batches": batches, "dapo/dropped_groups": dropped}
+
+    def cluster_ids(self, problems: list[Problem]) -> torch.Tensor | None:
+        key = self.cfg.algo.cluster_key
+        if key is None:
+            return None
+        labels = [str(getattr(p, key)) for p in problems]
+        for label in labels:
+            self.cluster_index.setdefault(label, len(self.cluster_index))
+        return torch.tensor([self.cluster_index[label] for label in labels])
+
+    # -------------------------------------------------------------------- update
+    def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:
+        """Temperature of the importance ratio: each row's sampling τ (default) or a constant
+        (``1.0`` reproduces AGPO's code, spec §3 known flaws)."""
+        t = self.cfg.loss.ratio_temperature
+        return rollouts.temperatures.float() if t == "sampling" else torch.full((len(rollouts),), float(t))
+
+    @torch.no_grad()
+    def reference_logprobs(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
+        micro = self.cfg.optim.micro_batch_size or None
+        with self.policy.reference() as ref_model:
+            return sequence_logprobs(ref_model, rollouts, temps, micro_batch_size=micro)[0]
+
+    def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
+        """μ epochs of clipped-surrogate updates over mini-batches (spec §4)."""
+        cfg, opt = self.cfg, self.cfg.optim
+        rows = len(rollouts)
+        mini = opt.mini_batch_size or rows
+        micro = opt.micro_batch_size or mini
+        mask = rollouts.completion_mask
+        params = self.policy.trainable_parameters()
+        sums = {"loss": 0.0, "kl": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0}
+        sums.update({"clip_ratio/region_mean": 0.0, "grad_norm": 0.0})
+        updates = 0
+        self.policy.model.train()
+        for _ in range(opt.update_epochs):
+            order = torch.randperm(rows)
+            for start in range(0, rows, mini):
+                mb = order[start : start + mini]
+                mb_tokens = mask[mb].sum().clamp_min(1)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss_total, stats = 0.0, []
+                for mstart in range(0, len(mb), micro):
+                    idx = mb[mstart : mstart + micro]
+                    sub = rollouts.select(idx)
+                    logp, _ = sequence_logprobs(self.policy.model, sub, temps[idx])
+                    m = sub.completion_mask
+                    loss_tok, clip = clipped_surrogate(
+                        logp, old_logp[idx], advantages[idx], eps_low[idx], eps_high[idx], m, cfg.loss.dual_clip
+                    )
+                    kl_tok = kl_divergence(logp, ref_logp[idx], cfg.loss.kl_estimator)
+                    loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
+                    weight = (m.sum() / mb_tokens) if cfg.loss.loss_agg == "token-mean" else len(idx) / len(mb)
+                    loss = aggregate_loss(loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens) * weight
+                    loss.backward()
+                    loss_total += float(loss)
+                    stats.append((weight, clip, masked_mean(kl_tok.detach(), m)))
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
+                if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
+                    self.skip_nonfinite(loss_total, float(grad_norm))
+                    continue
+                self.optimizer.step()
+                self.counters["consecutive_skips"] = 0
+                updates += 1
+                sums["loss"] += loss_total
+                sums["grad_norm"] += float(grad_norm)
+                for weight, clip, kl in stats:
+                    w = float(weight)
+                    sums["kl"] += w * float(kl)
+                    sums["clip_ratio/low_mean"] += w * float(clip.low)
+                    sums["clip_ratio/high_mean"] += w * float(clip.high)
+                    sums["clip_ratio/region_mean"] += w * float(clip.region)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return {k: v / max(updates, 1) for k, v in sums.items()} | {"optimizer_steps": updates}
+
+    def skip_nonfinite(self, loss: float, grad_norm: float) -> None:
+        """A non-finite loss or gradient: skip the optimizer step; stop after too many in a row."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.counters["nonfinite_skips"] += 1
+        self.counters["consecutive_skips"] += 1
+        tqdm.write(f"step {self.step_count}: non-finite loss ({loss}) or grad norm ({grad_norm}); skipped")
+        if self.counters["consecutive_skips"] >= self.cfg.optim.max_nonfinite_skips:
+            raise NonFiniteError(
+                f"{self.counters['consecutive_skips']} consecutive optimizer steps had a non-finite loss "
+                f"or gradient (last loss {loss}, grad norm {grad_norm}); lower optim.lr or check the rewards"
+            )
+
+    @torch.no_grad()
+    def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
+        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (spec §3 step 5)."""
+        micro = self.cfg.optim.micro_batch_size or None
+        new_logp, _ = sequence_logprobs(self.policy.model, rollouts, temps, micro_batch_size=micro)
+        return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
+
+    # ---------------------------------------------------------------------- step
+    def step(self) -> dict:
+        cfg = self.cfg
+        t0, self.score_time = time.perf_counter(), 0.0
+        groups, metrics = self.draw_groups()
+        t_generate = time.perf_counter() - t0 - self.score_time
+        rollouts, rewards = groups.rollouts, groups.rewards
+        num_prompts, g = rewards.shape
+
+        t1 = time.perf_counter()
+        result = self.estimator(rewards, self.cluster_ids(groups.problems))
+        advantages = result.advantages.reshape(-1).to(rollouts.input_ids.device)
+
+        temps = self.ratio_temperatures(rollouts)
+        micro = cfg.optim.micro_batch_size or None
+        with torch.no_grad():
+            old_logp, entropy = sequence_logprobs(
+                self.policy.model, rollouts, temps, compute_entropy=True, micro_batch_size=micro
+            )
+        ref_logp = self.reference_logprobs(rollouts, temps)
+        mask = rollouts.completion_mask
+        eps_low = torch.full((len(rollouts),), cfg.loss.eps_low)
+        eps_high = torch.full((len(rollouts),), cfg.loss.eps_high)
+        if cfg.agpo.enabled:
+            stats = groups.probe_stats
+            tok_entropy = per_prompt_mean(entropy, mask, num_prompts)
+            if cfg.agpo.adaptive_clip:
+                eps = self.clip_ctl(stats, tok_entropy.cpu()).repeat_interleave(g)
+                eps_low, eps_high = eps, eps
+            metrics |= self.agpo_metrics(groups, tok_entropy)
+        update = self.update(rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high)
+        if cfg.agpo.enabled:
+            drift = self.step_kl(rollouts, old_logp, temps, num_prompts)
+            metrics["agpo/kl_drift"] = self.clip_ctl.update_kl(drift.cpu())
+            self.remember_stats(groups)
+        t_update = time.perf_counter() - t1
+
+        self.step_count += 1
+        self.counters["tokens_generated"] += int(rollouts.lengths.sum())
+        lengths = rollouts.lengths.float()
+        metrics |= {
+            "reward": rewards.mean(),
+            "reward_std": rewards.std() if rewards.numel() > 1 else 0.0,
+            "frac_reward_zero_std": result.diagnostics["frac_reward_zero_std"],
+            "advantages/mean": advantages.mean(),
+            "advantages/std": advantages.std() if advantages.numel() > 1 else 0.0,
+            "advantages/abs_max": advantages.abs().max(),
+            "entropy": masked_mean(entropy, mask),
+            "completions/mean_length": lengths.mean(),
+            "completions/max_length": lengths.max(),
+            "completions/clipped_ratio": rollouts.truncated.float().mean(),
+            "tokens/generated": self.counters["tokens_generated"],
+            "tokens/probe": self.counters["tokens_probe"],
+            "reward_failures": groups.reward_failures,
+            "nonfinite_skips": self.counters["nonfinite_skips"],
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "time/generate": t_generate,
+            "time/score": self.score_time,
+            "time/update": t_update,
+            **update,
+        }
+        if cfg.algo.estimator == "ebpo":
+            d = result.diagnostics
+            metrics |= {"ebpo/shrinkage_mean": d["shrinkage"].mean(), "ebpo/mu_glob": d["mu_glob"]}
+            metrics |= {"ebpo/sigma2": d["sigma2"], "ebpo/tau2": d["tau2"]}
+        return metrics
+
+    def agpo_metrics(self, groups: Groups, tok_entropy: torch.Tensor) -> dict:
+        out = summary("agpo/temperature", groups.temperatures)
+        if self.cfg.agpo.adaptive_temperature and hasattr(self.temperature_ctl, "last_u"):
+            out |= {"agpo/U": self.temperature_ctl.last_u.mean(), "agpo/U_bar": self.temperature_ctl.u_bar}
+        out["agpo/H"] = tok_entropy.mean()
+        if self.cfg.agpo.adaptive_clip:
+            out["agpo/H_ref"] = self.clip_ctl.entropy_ref.value
+            out |= summary("agpo/epsilon", self.clip_ctl.last_eps)
+        return out
+
+    def remember_stats(self, groups: Groups) -> None:
+        """For probe ``previous``: each prompt's training-group statistics, and the batch mean."""
+        if self.cfg.agpo.probe != "previous":
+            return
+        stats = ProbeStats.from_rewards(groups.rewards, groups.answers, self.cfg.agpo.dispersion)
+        for i, problem in enumerate(groups.problems):
+            self.previous_stats[problem.id] = stats.select([i])
+        self.previous_stats["__batch__"] = ProbeStats(
+            *(getattr(stats, f).mean().reshape(1) for f in ("dispersion", "skewness", "vote_entropy"))
+        )
+
+    # ------------------------------------------------------------ eval, saving
+    def evaluate(self) -> dict:
+        """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
+        return evaluate(self.policy, self.eval_problems, self.scorer, self.cfg.eval, self.cfg.rollout.max_new_tokens)
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step_count,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+            "estimator": self.estimator.state_dict(),
+            "cluster_index": dict(self.cluster_index),
+            "temperature_ctl": self.temperature_ctl.state_dict() if self.temperature_ctl else None,
+            "clip_ctl": self.clip_ctl.state_dict() if self.clip_ctl else None,
+            "previous_stats": self.previous_stats,
+            "sampler": self.sampler.state_dict(),
+            "curriculum_pass_rates": self.curriculum_pass_rates,
+            "counters": dict(self.counters),
+        }
+
+    def load_state(self, checkpoint: Path, state: dict) -> None:
+        self.policy.load_trainable_state(checkpoint / "policy")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.estimator.load_state_dict(state["estimator"])
+        self.cluster_index = dict(state["cluster_index"])
+        if self.temperature_ctl:
+            self.temperature_ctl.load_state_dict(state["temperature_ctl"])
+        if self.clip_ctl:
+            self.clip_ctl.load_state_dict(state["clip_ctl"])
+        self.previous_stats = state["previous_stats"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.counters = dict(state["counters"])
+        self.step_count = state["step"]
+        set_rng_state(state["rng"])
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, self.step_count, self.policy, self.state_dict(), self.cfg.keep_checkpoints)
+
+    # ----------------------------------------------------------------------- run
+    def eval_due(self) -> bool:
+        every = self.cfg.eval.every
+        return self.step_count in (0, self.cfg.steps) or bool(every and self.step_count % every == 0)
+
+    def train(self) -> list[dict]:
+        """Run to ``cfg.steps``. Evaluation rows (step 0, every ``eval.every`` steps, the last
+        step) are logged with the step's metrics under ``eval/…`` and returned."""
+        cfg = self.cfg
+        evals = []
+        if self.step_count == 0:
+            evals.append({"step": 0, **self.evaluate()})
+            self.logger.log(0, evals[-1])
+        bar = tqdm(total=cfg.steps, initial=self.step_count, desc=cfg.algo.estimator, disable=not cfg.progress)
+        try:
+            while self.step_count < cfg.steps:
+                metrics = self.step()
+                if self.eval_due():
+                    evals.append({"step": self.step_count, **self.evaluate()})
+                    metrics |= evals[-1]
+                self.logger.log(self.step_count, metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{float(metrics['reward']):.3f}")
+                if self.step_count == cfg.steps or (
+                    cfg.checkpoint_every and self.step_count % cfg.checkpoint_every == 0
+                ):
+                    self.save()
+        finally:
+            bar.close()
+            self.logger.close()
+            self.scorer.close()
+        return evals

@@ -1,0 +1,25 @@
+"""Synthetic Bernoulli bandits for checking the EBPO and AGPO theory before any language model.
+
+- :mod:`simulations.population`  prompt populations (Beta, Gaussian, clustered, drifting) and rewards
+- :mod:`simulations.bandit`      a softmax-over-K-answers policy trained with rlkit's estimators/loss
+- :mod:`simulations.closed_forms` the closed forms the notebooks set beside the simulations
+- :mod:`simulations.experiments` the vectorized experiment drivers the notebooks call
+- :mod:`simulations.stats`, :mod:`simulations.plotting` intervals over seeds, figures
+"""
+
+from simulations import closed_forms, experiments, plotting, population, stats
+from simulations.bandit import SoftmaxBandit, StepResult
+from simulations.population import (
+    BetaPopulation,
+    ClusteredPopulation,
+    DriftingPopulation,
+    GaussianPopulation,
+    bernoulli_rewards,
+    gaussian_rewards,
+)
+
+__all__ = [
+    "BetaPopulation", "ClusteredPopulation", "DriftingPopulation", "GaussianPopulation",
+    "SoftmaxBandit", "StepResult", "bernoulli_rewards", "closed_forms", "experiments",
+    "gaussian_rewards", "plotting", "population", "stats",
+]

@@ -1,0 +1,462 @@
+"""Vectorized experiment drivers behind notebooks 01–05.
+
+Each driver takes a seed (or a list of paired seeds: the same seed gives every method the same
+prompts, starting policy and random stream) and returns plain numbers and numpy arrays; the
+notebooks only plot, print and assert. Algorithms come from ``rlkit``; this module only wires them
+to the synthetic populations and the softmax bandit. Loops run over seeds, methods and steps,
+never over prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from rlkit.advantages import EBPO, AdvantageResult, get_estimator
+from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
+from rlkit.stats import group_std
+from simulations import closed_forms as cf
+from simulations.bandit import SoftmaxBandit
+from simulations.population import (
+    BetaPopulation,
+    ClusteredPopulation,
+    DriftingPopulation,
+    GaussianPopulation,
+    bernoulli_rewards,
+    gaussian_rewards,
+)
+from simulations.stats import mean_ci
+
+# --- Estimators compared in the notebooks ------------------------------------------------------
+
+
+class BatchWhitened:
+    """Dr. GRPO's centred rewards r − mean_p followed by EBPO's batch whitening, without shrinkage:
+    the "whitening only" arm that separates the two halves of EBPO (spec §2, Prop 3.6 note)."""
+
+    def __init__(self):
+        self.base = get_estimator("dr_grpo")
+        self.whitener = get_estimator("ebpo", whitening="whiten")
+
+    def __call__(self, rewards, cluster_ids=None) -> AdvantageResult:
+        out = self.base(rewards)
+        return AdvantageResult(self.whitener.whiten(out.advantages.to(torch.float64)), out.diagnostics)
+
+
+METHODS: dict[str, tuple[str, dict]] = {
+    "GRPO": ("grpo", {}),
+    "Dr. GRPO": ("dr_grpo", {}),
+    "EBPO": ("ebpo", {}),
+    "EBPO shrinkage only": ("ebpo", {"whitening": "none"}),
+    "EBPO whitening only": ("whitened_dr_grpo", {}),
+}
+
+
+def make_estimator(method: str):
+    """A fresh estimator for a display name of :data:`METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {sorted(METHODS)}")
+    name, options = METHODS[method]
+    return BatchWhitened() if name == "whitened_dr_grpo" else get_estimator(name, **options)
+
+
+def rewards_for(population, theta: torch.Tensor, group_size: int, rng) -> torch.Tensor:
+    """Gaussian rewards for the Gaussian model, Bernoulli (verifiable) rewards otherwise."""
+    if isinstance(population, GaussianPopulation):
+        return gaussian_rewards(theta, group_size, population.sigma2, rng)
+    return bernoulli_rewards(theta, group_size, rng)
+
+
+# --- Notebook 01: Thm 3.3, MSE of the baseline ------------------------------------------------
+
+
+def shrinkage_mse(
+    population, group_size: int, num_prompts: int, num_batches: int, seed: int, prior: str = "batch"
+) -> dict:
+    """MSE against θ of three baselines, per batch of ``num_prompts`` prompts:
+
+    - ``group_mean``: μ_group (GRPO's baseline), closed form σ²/G;
+    - ``oracle``: the posterior mean with the true μ, σ², τ² (Thm 3.3), closed form (1 − S)σ²/G;
+    - ``ebpo``: rlkit's EBPO baseline with hyper-parameters estimated from the rewards
+      (``prior``), whose large-batch limit uses the raw σ², τ² (:func:`cf.raw_hyperparameters`).
+
+    Returns Intervals over batches for each MSE and for the paired gain MSE(μ_group) − MSE(EBPO),
+    the closed forms, and the estimated vs true hyper-parameters.
+    """
+    rng = np.random.default_rng(seed)
+    estimator = get_estimator("ebpo", prior=prior, whitening="none")
+    mu, sigma2, tau2 = population.mean, population.sigma2, population.tau2
+    rows = {k: [] for k in ("group_mean", "oracle", "ebpo", "shrinkage", "sigma2_hat", "tau2_hat")}
+    for _ in range(num_batches):
+        theta = population.sample(num_prompts, rng)
+        rewards = rewards_for(population, theta, group_size, rng)
+        group_mean = rewards.mean(1)
+        out = estimator(rewards)
+        baselines = {
+            "group_mean": group_mean,
+            "oracle": cf.oracle_baseline(group_mean, mu, sigma2, tau2, group_size),
+            "ebpo": out.diagnostics["baseline"].to(torch.float64),
+        }
+        for name, baseline in baselines.items():
+            rows[name].append(float(((baseline - theta) ** 2).mean()))
+        rows["shrinkage"].append(float(out.diagnostics["shrinkage"].mean()))
+        rows["sigma2_hat"].append(float(out.diagnostics["sigma2"]))
+        rows["tau2_hat"].append(float(out.diagnostics["tau2"]))
+    sigma2_raw, tau2_raw = cf.raw_hyperparameters(sigma2, tau2, group_size)
+    s_raw = cf.shrinkage_factor(sigma2_raw, tau2_raw, group_size)
+    return {
+        "G": group_size,
+        **{name: mean_ci(values) for name, values in rows.items()},
+        "gain": mean_ci(np.subtract(rows["group_mean"], rows["ebpo"])),
+        "closed_group_mean": cf.group_mean_mse(sigma2, group_size),
+        "closed_bayes": cf.bayes_risk(sigma2, tau2, group_size),
+        "closed_plugin_raw": cf.linear_baseline_mse(s_raw, sigma2, tau2, group_size),
+        "shrinkage_star": cf.shrinkage_factor(sigma2, tau2, group_size),
+        "shrinkage_raw": s_raw,
+        "sigma2": sigma2,
+        "tau2": tau2,
+        "sigma2_raw": sigma2_raw,
+        "tau2_raw": tau2_raw,
+    }
+
+
+# --- Notebook 02: Thm 3.2 / Cor 3.5, vanishing gradients ---------------------------------------
+
+
+def null_group_rates(
+    thetas, group_size: int, groups_per_theta: int, seed: int
+) -> dict[str, np.ndarray]:
+    """Fraction of groups whose advantages are all exactly zero (a null gradient), per θ.
+
+    One batch holds ``groups_per_theta`` prompts at each θ of ``thetas``; GRPO and EBPO (default
+    options) see the same rewards. Returns per-θ fractions for both, their standard errors and
+    the closed forms P(constant group) = (1 − θ)^G + θ^G and P(all zero) = (1 − θ)^G.
+    """
+    rng = np.random.default_rng(seed)
+    thetas = torch.as_tensor(thetas, dtype=torch.float64)
+    theta = thetas.repeat_interleave(groups_per_theta)
+    rewards = bernoulli_rewards(theta, group_size, rng)
+    shape = (len(thetas), groups_per_theta)
+    out = {"theta": thetas.numpy(), "G": group_size}
+    for name in ("grpo", "ebpo"):
+        null = (get_estimator(name)(rewards).advantages == 0).all(1).to(torch.float64).reshape(shape)
+        ci = mean_ci(null.numpy(), axis=1)
+        out[f"{name}_null"], out[f"{name}_null_se"] = ci.mean, ci.se
+    out["all_zero"] = (rewards.sum(1) == 0).to(torch.float64).reshape(shape).mean(1).numpy()
+    out["closed_constant"] = cf.prob_constant_group(thetas, group_size).numpy()
+    out["closed_all_zero"] = cf.prob_all_zero(thetas, group_size).numpy()
+    return out
+
+
+def gradient_by_group_type(
+    population: BetaPopulation, num_prompts: int, num_answers: int, group_size: int, lr: float,
+    seed: int, methods=("GRPO", "EBPO"),
+) -> dict[str, dict[str, float]]:
+    """Policy-gradient norm on the softmax bandit by group type (all-zero, mixed, all-one), and the
+    one-step change of π(correct) on all-zero groups, for each method on the same samples."""
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    theta = population.sample(num_prompts, rng)
+    start = SoftmaxBandit.from_success_rates(theta, num_answers)
+    actions, rewards = start.sample(group_size, gen)
+    kind = {
+        "all_zero": rewards.sum(1) == 0,
+        "mixed": (rewards.sum(1) > 0) & (rewards.sum(1) < group_size),
+        "all_one": rewards.sum(1) == group_size,
+    }
+    out = {}
+    for method in methods:
+        bandit = SoftmaxBandit(start.logits, start.correct)
+        result = bandit.update(actions, make_estimator(method)(rewards).advantages, lr)
+        gain = bandit.success_rate() - start.success_rate()
+        out[method] = {f"grad_norm_{k}": float(result.grad_norm[m].mean()) for k, m in kind.items()}
+        out[method]["success_gain_all_zero"] = float(gain[kind["all_zero"]].mean())
+    out["counts"] = {k: int(m.sum()) for k, m in kind.items()}
+    return out
+
+
+def failure_penalty_by_cluster(
+    population: ClusteredPopulation, group_size: int, num_prompts: int, seed: int
+) -> dict[str, np.ndarray]:
+    """Cor 3.5: EBPO's raw advantage on all-zero groups, −S_k·μ_k, per cluster (per-cluster prior).
+
+    Uses EBPO with the batch prior, per-cluster accumulators (every cluster has enough prompts)
+    and no whitening, so the advantage of a failed group is exactly −V = −S·μ_k. The closed form
+    takes each cluster's large-batch raw hyper-parameters.
+    """
+    rng = np.random.default_rng(seed)
+    theta, cluster = population.sample(num_prompts, rng)
+    rewards = bernoulli_rewards(theta, group_size, rng)
+    estimator = get_estimator("ebpo", prior="batch", whitening="none", min_cluster_count=1)
+    out = estimator(rewards, cluster_ids=cluster)
+    failed = rewards.sum(1) == 0
+    penalty = out.advantages[:, 0].to(torch.float64)
+    result = {k: [] for k in ("mean", "penalty", "penalty_se", "shrinkage", "prior_mean", "closed")}
+    for k in range(population.num_clusters):
+        sub = population.cluster(k)
+        in_k = cluster == k
+        sel = failed & in_k
+        ci = mean_ci(penalty[sel].numpy()) if sel.sum() > 1 else None
+        s2_raw, t2_raw = cf.raw_hyperparameters(sub.sigma2, sub.tau2, group_size)
+        result["mean"].append(sub.mean)
+        result["penalty"].append(np.nan if ci is None else ci.mean)
+        result["penalty_se"].append(np.nan if ci is None else ci.se)
+        result["shrinkage"].append(float(out.diagnostics["shrinkage"][in_k].mean()))
+        result["prior_mean"].append(float(out.diagnostics["prior_mean"][in_k].mean()))
+        result["closed"].append(-cf.shrinkage_factor(s2_raw, t2_raw, group_size) * sub.mean)
+    return {k: np.asarray(v) for k, v in result.items()}
+
+
+# --- Notebook 03: Prop 3.6, entropy dynamics on the softmax bandit -----------------------------
+
+
+@dataclass(frozen=True)
+class BanditConfig:
+    """A softmax-bandit training run: every prompt of the pool is trained at every step."""
+
+    population: BetaPopulation = field(default_factory=lambda: BetaPopulation(1.0, 3.0))
+    num_prompts: int = 64
+    num_answers: int = 8
+    num_correct: int = 1
+    group_size: int = 4
+    steps: int = 200
+    lr: float = 0.5
+    epochs: int = 1
+
+
+def train_bandit(method: str, config: BanditConfig, seed: int, snapshot_every: int = 0) -> dict:
+    """Train the bandit with one method; per-step batch means as numpy arrays [steps].
+
+    Records entropy, success rate, gradient norm, the null-group fraction and, for every step, the
+    measured entropy change and its first-order prediction −η·Cov(log π, π·Ā) (the prediction is
+    exact to first order only for ``epochs = 1``). ``snapshot_every`` > 0 also returns the logits
+    every that many steps (for :func:`entropy_mechanism_terms`).
+    """
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    theta = config.population.sample(config.num_prompts, rng)
+    bandit = SoftmaxBandit.from_success_rates(theta, config.num_answers, config.num_correct)
+    estimator = make_estimator(method)
+    keys = ("entropy", "success", "grad_norm", "null_frac", "delta_entropy", "predicted_delta")
+    log = {k: np.empty(config.steps) for k in keys}
+    snapshots = []
+    for step in range(config.steps):
+        if snapshot_every and step % snapshot_every == 0:
+            snapshots.append(bandit.logits.clone())
+        log["success"][step] = float(bandit.success_rate().mean())
+        actions, rewards = bandit.sample(config.group_size, gen)
+        advantages = estimator(rewards).advantages
+        predicted = cf.entropy_decay_prediction(bandit.logits, actions, advantages, config.lr)
+        result = bandit.update(actions, advantages, config.lr, epochs=config.epochs)
+        log["entropy"][step] = float(result.entropy_before.mean())
+        log["grad_norm"][step] = float(result.grad_norm.mean())
+        log["null_frac"][step] = float((advantages == 0).all(1).to(torch.float64).mean())
+        log["delta_entropy"][step] = float((result.entropy_after - result.entropy_before).mean())
+        log["predicted_delta"][step] = float(predicted.mean())
+    if snapshot_every:
+        log["snapshots"] = snapshots
+        log["correct"] = bandit.correct
+    return log
+
+
+def train_bandits(methods, config: BanditConfig, seeds, snapshot_every: int = 0) -> dict:
+    """:func:`train_bandit` for every method and paired seed: {method: {key: array [S, steps]}}."""
+    out = {}
+    for method in tqdm(methods, desc="methods"):
+        runs = [train_bandit(method, config, seed, snapshot_every) for seed in seeds]
+        out[method] = {k: np.stack([r[k] for r in runs]) for k in runs[0] if k not in ("snapshots", "correct")}
+        if snapshot_every:
+            out[method]["snapshots"] = [(r["snapshots"], r["correct"]) for r in runs]
+    return out
+
+
+def entropy_mechanism_terms(
+    logits: torch.Tensor, correct: torch.Tensor, group_size: int, seed: int
+) -> dict[str, np.ndarray]:
+    """The pieces of Prop 3.6 on one sampled batch from the policy ``logits``.
+
+    With centred rewards c = r − mean_p (Dr. GRPO's advantages), Ω_q = Cov(log π, π·Ā_c) is the
+    per-prompt entropy "force" (ΔH_q ≈ −η·Ω_q). GRPO divides c by σ_q (+1e-4), batch whitening by
+    σ_batch = std of all c. Returned per prompt: Ω_q, σ_q, and the GRPO and whitening-only
+    first-order predictions computed from the rlkit advantages themselves (per unit η).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    bandit = SoftmaxBandit(logits, correct)
+    actions, rewards = bandit.sample(group_size, gen)
+    centred = get_estimator("dr_grpo")(rewards).advantages
+    pred = lambda adv: cf.entropy_decay_prediction(bandit.logits, actions, adv, 1.0).numpy()
+    return {
+        "omega": -pred(centred),
+        "sigma_q": group_std(rewards, dim=1, ddof=1).numpy(),
+        "sigma_batch": float(group_std(centred.reshape(-1), dim=0, ddof=1)),
+        "grpo": pred(get_estimator("grpo")(rewards).advantages),
+        "whitening_only": pred(BatchWhitened()(rewards).advantages),
+    }
+
+
+# --- Notebook 04: Prop 3.8, clustered priors ---------------------------------------------------
+
+STREAM_ORDERS = ("shuffle", "topic", "difficulty")
+
+
+def clustered_pool(population: ClusteredPopulation, per_cluster: int, rng) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_cluster`` prompts from every cluster (exact counts, so topic batches are pure)."""
+    cluster = torch.arange(population.num_clusters).repeat_interleave(per_cluster)
+    theta = torch.cat([population.cluster(k).sample(per_cluster, rng) for k in range(population.num_clusters)])
+    return theta, cluster
+
+
+def stream_order(theta, cluster, order: str, rng, probe_samples: int = 8) -> torch.Tensor:
+    """Permutation of the pool for one pass (spec §2, clustered sampling).
+
+    ``shuffle``: uniformly random; ``topic``: cluster by cluster in random cluster order, shuffled
+    within; ``difficulty``: by the starting policy's pass rate over ``probe_samples`` samples,
+    easy → hard (stable, ties in random order).
+    """
+    perm = torch.as_tensor(rng.permutation(len(theta)))
+    if order == "shuffle":
+        return perm
+    if order == "topic":
+        rank = torch.as_tensor(rng.permutation(int(cluster.max()) + 1))[cluster[perm]]
+    elif order == "difficulty":
+        rank = -bernoulli_rewards(theta[perm], probe_samples, rng).mean(1)
+    else:
+        raise ValueError(f"unknown stream order {order!r}; known: {STREAM_ORDERS}")
+    return perm[torch.sort(rank, stable=True).indices]
+
+
+PRIORS: dict[str, dict] = {
+    "batch": {"prior": "batch"},
+    "history": {"prior": "history"},
+    "history (decay 0.9)": {"prior": "history", "prior_decay": 0.9},
+    "per-cluster history": {"prior": "history", "min_cluster_count": 8},
+}
+
+
+def prior_error(
+    population: ClusteredPopulation, order: str, prior: str, per_cluster: int, batch_size: int,
+    group_size: int, seed: int,
+) -> dict[str, float]:
+    """One pass over a clustered pool in ``order`` with EBPO's ``prior`` (a key of :data:`PRIORS`).
+
+    Returns J = mean (θ_q − prior mean_q)² (the prior-estimation error of Prop 3.8) and the MSE of
+    EBPO's baseline against θ, averaged over the pass.
+    """
+    if prior not in PRIORS:
+        raise ValueError(f"unknown prior {prior!r}; known: {sorted(PRIORS)}")
+    rng = np.random.default_rng(seed)
+    theta, cluster = clustered_pool(population, per_cluster, rng)
+    perm = stream_order(theta, cluster, order, rng)
+    estimator = get_estimator("ebpo", whitening="none", **PRIORS[prior])
+    with_clusters = prior.startswith("per-cluster")
+    sq_prior, sq_baseline = [], []
+    for batch in perm.split(batch_size):
+        rewards = bernoulli_rewards(theta[batch], group_size, rng)
+        out = estimator(rewards, cluster_ids=cluster[batch] if with_clusters else None)
+        sq_prior.append((out.diagnostics["prior_mean"].to(torch.float64) - theta[batch]) ** 2)
+        sq_baseline.append((out.diagnostics["baseline"].to(torch.float64) - theta[batch]) ** 2)
+    return {"J": float(torch.cat(sq_prior).mean()), "baseline_mse": float(torch.cat(sq_baseline).mean())}
+
+
+# --- Notebook 05: AGPO controllers on a bandit with a difficulty shift --------------------------
+
+
+@dataclass(frozen=True)
+class ShiftConfig:
+    """A difficulty shift: a pool drawn from ``population.before`` is trained until
+    ``population.shift_step``, then a fresh pool drawn from the harder ``population.after``."""
+
+    population: DriftingPopulation = field(
+        default_factory=lambda: DriftingPopulation(BetaPopulation(3.0, 2.0), BetaPopulation(1.0, 6.0), 150)
+    )
+    num_prompts: int = 64
+    num_answers: int = 8
+    group_size: int = 4
+    steps: int = 300
+    lr: float = 0.5
+    epochs: int = 4
+    eps: float = 0.2
+    tau: float = 1.0
+    dispersion: str = "std"
+
+
+def answer_keys(actions: torch.Tensor) -> list[list[str]]:
+    """The bandit's sampled answers as strings, the input of rlkit's vote entropy."""
+    return [[str(a) for a in row] for row in actions.tolist()]
+
+
+def train_shift_bandit(
+    config: ShiftConfig, seed: int, adaptive_clip: bool, adaptive_temperature: bool
+) -> dict[str, np.ndarray]:
+    """AGPO's probe → temperature → train → clip loop (spec §3) on the bandit, across a shift.
+
+    Every step draws the probe (also for fixed ε/τ, so paired seeds share the random stream).
+    Returns per-step arrays: success and entropy of the pool in training, ε and τ (mean/min/max),
+    U, Ū, probe dispersion and vote entropy, D̂_KL and the clipped fraction.
+    """
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    pools = [
+        SoftmaxBandit.from_success_rates(pop.sample(config.num_prompts, rng), config.num_answers)
+        for pop in (config.population.before, config.population.after)
+    ]
+    temperature = AdaptiveTemperature(tau_base=config.tau)
+    clip = AdaptiveClip(eps_base=config.eps)
+    estimator = get_estimator("agpo", dispersion=config.dispersion)
+    keys = ("success", "entropy", "eps_mean", "eps_min", "eps_max", "tau_mean", "tau_min",
+            "tau_max", "u", "u_bar", "dispersion", "vote_entropy", "kl", "clip_fraction")
+    log = {k: np.empty(config.steps) for k in keys}
+    for step in range(config.steps):
+        bandit = pools[int(step >= config.population.shift_step)]
+        probe_actions, probe_rewards = bandit.sample(config.group_size, gen, temperature=config.tau)
+        stats = ProbeStats.from_rewards(probe_rewards, answer_keys(probe_actions), config.dispersion)
+        tau = temperature(stats) if adaptive_temperature else torch.full((bandit.num_prompts,), config.tau)
+        actions, rewards = bandit.sample(config.group_size, gen, temperature=tau)
+        entropy = bandit.entropy()
+        eps = clip(stats, entropy) if adaptive_clip else torch.full((bandit.num_prompts,), config.eps)
+        log["success"][step] = float(bandit.success_rate().mean())
+        log["entropy"][step] = float(entropy.mean())
+        result = bandit.update(
+            actions, estimator(rewards).advantages, config.lr, temperature=tau,
+            epochs=config.epochs, eps_low=eps, eps_high=eps,
+        )
+        log["kl"][step] = clip.update_kl(result.kl)
+        log["clip_fraction"][step] = float(result.clip_fraction)
+        for name, values in (("eps", eps), ("tau", tau)):
+            log[f"{name}_mean"][step], log[f"{name}_min"][step], log[f"{name}_max"][step] = (
+                float(values.mean()), float(values.min()), float(values.max()),
+            )
+        log["u"][step] = float(temperature.uncertainty(stats).mean())
+        log["u_bar"][step] = temperature.u_bar
+        log["dispersion"][step] = float(stats.dispersion.mean())
+        log["vote_entropy"][step] = float(stats.vote_entropy.mean())
+    return log
+
+
+SHIFT_ARMS = {
+    "fixed ε, τ": (False, False),
+    "adaptive ε": (True, False),
+    "adaptive τ": (False, True),
+    "AGPO (both)": (True, True),
+}
+
+
+def train_shift_bandits(config: ShiftConfig, seeds, arms=tuple(SHIFT_ARMS)) -> dict:
+    """{arm: {key: array [S, steps]}} over paired seeds."""
+    out = {}
+    for arm in tqdm(arms, desc="arms"):
+        runs = [train_shift_bandit(config, seed, *SHIFT_ARMS[arm]) for seed in seeds]
+        out[arm] = {k: np.stack([r[k] for r in runs]) for k in runs[0]}
+    return out
+
+
+__all__ = [
+    "METHODS", "PRIORS", "SHIFT_ARMS", "STREAM_ORDERS", "BanditConfig", "BatchWhitened",
+    "ShiftConfig", "clustered_pool", "entropy_mechanism_terms", "failure_penalty_by_cluster",
+    "gradient_by_group_type", "make_estimator", "null_group_rates", "prior_error",
+    "shrinkage_mse", "stream_order", "train_bandit", "train_bandits", "train_shift_bandit",
+    "train_shift_bandits",
+]

@@ -1,0 +1,36 @@
+"""Plot helpers for the notebooks: mean curves with 95% bands over seeds, and saving figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from simulations.stats import mean_ci
+
+FIGURE_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "figures"
+FIGURE_DPI = 80
+
+
+def band(ax, x, samples, label: str | None = None, **line_kwargs):
+    """Plot the mean over seeds (axis 0 of ``samples`` [S, T]) and its 95% t-interval."""
+    ci = mean_ci(samples, axis=0)
+    (line,) = ax.plot(x, ci.mean, label=label, **line_kwargs)
+    ax.fill_between(x, ci.low, ci.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    return line
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float = 4.0, height: float = 3.0):
+    """A small figure (inline images stay small in the committed notebooks)."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), dpi=FIGURE_DPI)
+    return fig, np.atleast_1d(axes)
+
+
+def save(fig, name: str) -> Path:
+    """Save ``fig`` as notebooks/figures/<name>.png and return the path."""
+    FIGURE_DIR.mkdir(parents=True, exist_ok=True)
+    path = FIGURE_DIR / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=FIGURE_DPI)
+    return path

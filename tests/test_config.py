@@ -1,0 +1,74 @@
+"""Config loading, overrides and validation: bad input fails before any work, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlkit.config import TrainConfig, load_config, preset_names
+
+
+def test_presets_load():
+    assert {"tiny-cpu", "qwen3-8b-qlora", "llama3-8b-qlora"} <= set(preset_names())
+    for name in preset_names():
+        cfg = load_config(name)
+        assert isinstance(cfg, TrainConfig)
+    qwen = load_config("qwen3-8b-qlora")
+    assert (qwen.model.mode, qwen.model.compute_dtype, qwen.rollout.group_size) == ("qlora", "bfloat16", 8)
+    assert load_config("llama3-8b-qlora").rollout.group_size == 4
+
+
+def test_default_is_tiny_cpu():
+    cfg = load_config()
+    assert cfg.model.name_or_path == "builtin:tiny" and cfg.task.name == "arithmetic"
+
+
+def test_overrides_are_typed_and_nested():
+    cfg = load_config(
+        "tiny-cpu",
+        ["algo.estimator=ebpo", "algo.options={prior: batch}", "rollout.group_size=4", "optim.lr=1e-5", "agpo.enabled=true"],
+    )
+    assert cfg.algo.estimator == "ebpo" and cfg.algo.options == {"prior": "batch"}
+    assert cfg.rollout.group_size == 4 and cfg.optim.lr == 1e-5 and cfg.agpo.enabled is True
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rollout.grup_size=4", "unknown config key rollout.grup_size"),
+        ("nonsense=1", "unknown config key nonsense"),
+        ("algo.estimator=ppo", "algo.estimator must be one of"),
+        ("rollout.group_size=0", "rollout.group_size must be > 0"),
+        ("rollout.group_size=two", "rollout.group_size must be an integer"),
+        ("loss.loss_agg=sum", "loss.loss_agg must be one of"),
+        ("loss.kl_estimator=k2", "loss.kl_estimator must be one of"),
+        ("loss.ratio_temperature=hot", "loss.ratio_temperature must be 'sampling' or a positive number"),
+        ("agpo.probe=half", "agpo.probe must be one of"),
+        ("rollout.top_p=1.5", "rollout.top_p must be in"),
+        ("optim.lr=-1", "optim.lr must be > 0"),
+        ("model.mode=int8", "mode"),
+        ("rollout.order=random", "rollout.order must be one of"),
+        ("agpo.enabled=maybe", "agpo.enabled must be true or false"),
+        ("rollout", "must look like key=value"),
+    ],
+)
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("tiny-cpu", [override])
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown preset 'tiny-gpu'.*tiny-cpu"):
+        load_config("tiny-gpu")
+
+
+def test_yaml_file_and_bad_top_level(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 3\nalgo: {estimator: rloo}\n")
+    cfg = load_config(str(path))
+    assert cfg.steps == 3 and cfg.algo.estimator == "rloo"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(str(path))
+    path.write_text("algo: 3\n")
+    with pytest.raises(ValueError, match="algo must be a mapping"):
+        load_config(str(path))

@@ -1,0 +1,200 @@
+"""End-to-end CPU runs of the trainer on a tiny random Llama (conftest) and the arithmetic task."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from rlkit.advantages import ESTIMATORS
+from rlkit.config import load_config
+from rlkit.metrics import read_metrics
+from rlkit.trainer import NonFiniteError, Trainer
+
+
+def make_config(run_dir, model_dir, *overrides):
+    return load_config(
+        "tiny-cpu",
+        [
+            f"model.name_or_path={model_dir}",
+            f"output_dir={run_dir}",
+            "steps=2",
+            "rollout.num_prompts=4",
+            "rollout.group_size=4",
+            "rollout.max_new_tokens=4",
+            "task.num_train=64",
+            "task.num_eval=8",
+            "eval.num_problems=8",
+            "eval.k=2",
+            "eval.every=0",
+            "checkpoint_every=0",
+            "tensorboard=false",
+            "progress=false",
+            *overrides,
+        ],
+    )
+
+
+def without_timings(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
+    cfg = make_config(tmp_path, tiny_model_dir, f"algo.estimator={estimator}")
+    evals = Trainer(cfg).train()
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert [e["step"] for e in evals] == [0, 2]
+    for row in rows[1:]:
+        for key in ("reward", "frac_reward_zero_std", "entropy", "grad_norm", "kl", "advantages/std"):
+            assert row[key] is not None and math.isfinite(row[key]), key
+    if estimator == "ebpo":
+        assert 0.0 <= rows[-1]["ebpo/shrinkage_mean"] <= 1.0
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000002"
+
+
+@pytest.mark.parametrize("probe", ["full", "previous", "reuse"])
+def test_agpo_probe_modes(tmp_path, tiny_model_dir, probe):
+    cfg = make_config(
+        tmp_path, tiny_model_dir, "algo.estimator=agpo", "agpo.enabled=true", f"agpo.probe={probe}", "steps=3"
+    )
+    Trainer(cfg).train()
+    rows = read_metrics(tmp_path)[1:]
+    for row in rows:
+        assert 0.05 <= row["agpo/epsilon/min"] <= row["agpo/epsilon/max"] <= 0.4
+        assert 0.5 <= row["agpo/temperature/min"] <= row["agpo/temperature/max"] <= 1.5
+        assert row["agpo/kl_drift"] >= 0
+    probe_tokens = rows[-1]["tokens/probe"]
+    if probe == "previous":
+        assert probe_tokens == 0  # no extra generation
+    else:
+        assert probe_tokens > 0
+
+
+def test_ratio_temperature_option_changes_old_logprobs(tmp_path, tiny_model_dir):
+    """AGPO's code used T = 1 in the ratio; rlkit defaults to each row's sampling temperature."""
+    cfg = make_config(tmp_path, tiny_model_dir, "agpo.enabled=true", "loss.ratio_temperature=1.0")
+    trainer = Trainer(cfg)
+    groups, _ = trainer.draw_groups()
+    groups.rollouts.temperatures[:] = 0.5
+    assert torch.equal(trainer.ratio_temperatures(groups.rollouts), torch.ones(len(groups.rollouts)))
+    trainer.cfg.loss.ratio_temperature = "sampling"
+    assert torch.equal(trainer.ratio_temperatures(groups.rollouts), torch.full((len(groups.rollouts),), 0.5))
+
+
+def test_seeded_run_is_deterministic(tmp_path, tiny_model_dir):
+    runs = []
+    for name in ("a", "b"):
+        cfg = make_config(tmp_path / name, tiny_model_dir, "algo.estimator=ebpo", "steps=3")
+        Trainer(cfg).train()
+        runs.append(without_timings(read_metrics(tmp_path / name)))
+    assert runs[0] == runs[1]
+    other = make_config(tmp_path / "c", tiny_model_dir, "algo.estimator=ebpo", "steps=3", "seed=1")
+    Trainer(other).train()
+    assert without_timings(read_metrics(tmp_path / "c")) != runs[0]
+
+
+class CrashAfter(Trainer):
+    """Dies at the start of step ``crash_at`` (after ``crash_at`` − 1 completed steps)."""
+
+    crash_at = 4
+
+    def step(self):
+        if self.step_count == self.crash_at - 1:
+            raise KeyboardInterrupt
+        return super().step()
+
+
+@pytest.mark.parametrize("overrides", [("algo.estimator=ebpo",), ("algo.estimator=agpo", "agpo.enabled=true")])
+def test_resume_continues_the_identical_run(tmp_path, tiny_model_dir, overrides):
+    common = ("steps=5", "checkpoint_every=2", "rollout.order=topic", *overrides)
+    straight = make_config(tmp_path / "straight", tiny_model_dir, *common)
+    Trainer(straight).train()
+
+    interrupted = make_config(tmp_path / "resumed", tiny_model_dir, *common)
+    with pytest.raises(KeyboardInterrupt):
+        CrashAfter(interrupted).train()
+    assert (tmp_path / "resumed" / "checkpoints" / "latest").read_text() == "step_000002"
+    assert [r["step"] for r in read_metrics(tmp_path / "resumed")] == [0, 1, 2, 3]
+    Trainer(interrupted, resume=True).train()
+
+    expected = without_timings(read_metrics(tmp_path / "straight"))
+    assert [r["step"] for r in expected] == [0, 1, 2, 3, 4, 5]
+    assert without_timings(read_metrics(tmp_path / "resumed")) == expected
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
+    with pytest.raises(ValueError, match="no checkpoint"):
+        Trainer(make_config(tmp_path, tiny_model_dir), resume=True)
+
+
+def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypatch):
+    import rlkit.trainer as trainer_module
+
+    real = trainer_module.clipped_surrogate
+    calls = {"n": 0}
+
+    def nan_on_first_call(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 1 else loss), stats
+
+    monkeypatch.setattr(trainer_module, "clipped_surrogate", nan_on_first_call)
+    Trainer(make_config(tmp_path / "once", tiny_model_dir, "steps=2")).train()
+    rows = read_metrics(tmp_path / "once")
+    assert (rows[1]["nonfinite_skips"], rows[1]["optimizer_steps"]) == (1, 0)
+    assert (rows[2]["nonfinite_skips"], rows[2]["optimizer_steps"]) == (1, 1)
+
+    def always_nan(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(trainer_module, "clipped_surrogate", always_nan)
+    cfg = make_config(tmp_path / "always", tiny_model_dir, "steps=5", "optim.max_nonfinite_skips=2")
+    with pytest.raises(NonFiniteError, match="2 consecutive"):
+        Trainer(cfg).train()
+
+
+class PatternScorer:
+    """Half of each batch's groups (alternating with every call) get one success out of G = 4,
+    the other half all zeros."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, completions, answers):
+        from rlkit.rewards import RewardBatch
+
+        self.calls += 1
+        g = 4
+        rewards = torch.zeros(len(completions))
+        for p in range(len(completions) // g):
+            if (p + self.calls) % 2:
+                rewards[p * g] = 1.0  # one success: informative group
+        return RewardBatch(rewards, 0, 0)
+
+    def close(self):
+        pass
+
+
+def test_dynamic_sampling_keeps_only_informative_groups(tmp_path, tiny_model_dir):
+    cfg = make_config(tmp_path, tiny_model_dir, "rollout.dynamic_sampling=true", "rollout.max_gen_batches=3")
+    trainer = Trainer(cfg)
+    trainer.scorer = PatternScorer()
+    groups, info = trainer.draw_groups()
+    # 4 prompts per batch, 2 informative each time: two generation batches fill the step
+    assert info == {"dapo/gen_batches": 2, "dapo/dropped_groups": 4}
+    assert len(groups.problems) == 4
+    assert (groups.rewards.amax(1) != groups.rewards.amin(1)).all()
+    assert groups.rollouts.input_ids.shape[0] == 4 * cfg.rollout.group_size
+
+
+def test_config_snapshot_written(tmp_path, tiny_model_dir):
+    cfg = make_config(tmp_path, tiny_model_dir, "steps=1")
+    Trainer(cfg).train()
+    text = (tmp_path / "config.yaml").read_text()
+    assert "estimator: grpo" in text
+    assert json.loads(json.dumps(read_metrics(tmp_path)[-1]))["step"] == 1
