@@ -123,6 +123,19 @@ def centered(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
+def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.Tensor:
+    """EBPO's batch normalisation over all P·G entries (spec §2): ``whiten`` →
+    (x − mean) / (std + eps) with the ddof = 1 std (as verl), ``center`` → x − mean, ``none``."""
+    if mode not in ("whiten", "center", "none"):
+        raise ValueError(f"unknown EBPO whitening {mode!r}; known: 'whiten', 'center', 'none'")
+    if mode == "none":
+        return raw
+    out = raw - raw.mean()
+    if mode == "whiten":
+        out = out / (group_std(raw.reshape(-1), dim=0, ddof=1) + eps)
+    return out
+
+
 @register("grpo")
 class GRPO(AdvantageEstimator):
     """A = (r − mean_p) / (std_p + eps)  (spec §1; std with ``std_ddof``, TRL's eps = 1e-4)."""
@@ -260,16 +273,7 @@ class EBPO(AdvantageEstimator):
             "sigma2": self.reward_moments.variance[0],
             "tau2": self.group_mean_moments.variance[0],
         }
-        return self.whiten(raw), diagnostics
-
-    def whiten(self, raw: torch.Tensor) -> torch.Tensor:
-        """Batch normalisation of the raw advantages over all P·G entries (ddof = 1, as verl)."""
-        if self.whitening == "none":
-            return raw
-        out = raw - raw.mean()
-        if self.whitening == "whiten":
-            out = out / (group_std(raw.reshape(-1), dim=0, ddof=1) + self.whiten_eps)
-        return out
+        return whiten(raw, self.whitening, self.whiten_eps), diagnostics
 
     def state_dict(self) -> dict:
         return {

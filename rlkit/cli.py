@@ -1,11 +1,11 @@
 """``rlkit`` command line: train, eval, plot, demo, presets.
 
-    rlkit train                                   # the tiny-cpu preset: no GPU, no download
-    rlkit train --config qwen3-8b-qlora algo.estimator=ebpo rollout.group_size=4
-    rlkit train --config my.yaml --resume         # continue from the run's latest checkpoint
-    rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
-    rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
-    rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
+rlkit train                                   # the tiny-cpu preset: no GPU, no download
+rlkit train --config qwen3-8b-qlora algo.estimator=ebpo rollout.group_size=4
+rlkit train --config my.yaml --resume         # continue from the run's latest checkpoint
+rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
+rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
+rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
 """
 
 from __future__ import annotations
@@ -62,11 +62,15 @@ def _presets(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="rlkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command")
 
     train = sub.add_parser("train", help="train a policy")
-    train.add_argument("--config", default="tiny-cpu", help="preset name or YAML path (default tiny-cpu)")
+    train.add_argument(
+        "--config", default="tiny-cpu", help="preset name or YAML path (default tiny-cpu)"
+    )
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algo.estimator=ebpo")
     train.set_defaults(func=_train)

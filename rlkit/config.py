@@ -274,6 +274,11 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
             raise ValueError(f"{key} must be an integer, got {value!r}")
         return value
     if annotation is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-5" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{key} must be a number, got {value!r}")
         return float(value)
@@ -344,6 +349,8 @@ def read_yaml(name_or_path: str) -> dict:
     return data
 
 
-def load_config(name_or_path: str | None = "tiny-cpu", overrides: typing.Iterable[str] = ()) -> TrainConfig:
+def load_config(
+    name_or_path: str | None = "tiny-cpu", overrides: typing.Iterable[str] = ()
+) -> TrainConfig:
     data = read_yaml(name_or_path) if name_or_path else {}
     return from_dict(TrainConfig, merge_overrides(data, overrides))

@@ -59,7 +59,12 @@ class ProbeStats:
 
     @classmethod
     def cat(cls, parts: Sequence[ProbeStats]) -> ProbeStats:
-        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dispersion", "skewness", "vote_entropy")))
+        return cls(
+            *(
+                torch.cat([getattr(p, f) for p in parts])
+                for f in ("dispersion", "skewness", "vote_entropy")
+            )
+        )
 
     @classmethod
     def zeros(cls, num_prompts: int) -> ProbeStats:
@@ -183,7 +188,9 @@ class AdaptiveClip:
             + self.zeta * stats.skewness.abs()
         )
         self.entropy_ref.update(entropy.mean())
-        self.last_eps = (numerator / denominator).clamp(self.eps_min, self.eps_max).to(torch.float32)
+        self.last_eps = (
+            (numerator / denominator).clamp(self.eps_min, self.eps_max).to(torch.float32)
+        )
         return self.last_eps
 
     def update_kl(self, kl_per_prompt: torch.Tensor) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlkit.config import load_config
-from rlkit.intervals import format_ci, mean_ci, paired_difference_ci
+from rlkit.intervals import format_interval, mean_ci
 from rlkit.plotting import plot_runs
 from rlkit.trainer import Trainer
 
@@ -51,11 +51,18 @@ def run_demo(
     return table
 
 
+def cell(values, scale: float = 100.0) -> str:
+    """``mean [95% CI]`` over seeds, or the single value when there is one seed."""
+    if len(values) < 2:
+        return f"{values[0] * scale:.1f}"
+    return format_interval(mean_ci(values), scale)
+
+
 def summary_table(results: dict[str, list[tuple[dict, dict]]], seeds) -> str:
     """Markdown table: start → end (mean [95% CI]) per metric, and the paired Δ to GRPO."""
     lines = [
         f"Held-out accuracy (%), mean [95% CI] over seeds {list(seeds)}; Δ = end − start per seed;"
-        " 'vs GRPO' = paired difference of the end values.",
+        " 'vs GRPO' = paired difference of the end values (same seeds).",
         "",
         "| method | greedy start | greedy end | greedy Δ | greedy vs GRPO | pass@1 end | pass@1 vs GRPO |",
         "|---|---|---|---|---|---|---|",
@@ -64,14 +71,14 @@ def summary_table(results: dict[str, list[tuple[dict, dict]]], seeds) -> str:
     for method, runs in results.items():
         start = [s[METRICS[0]] for s, _ in runs]
         end = {m: [e[m] for _, e in runs] for m in METRICS}
-        delta = [e - s for e, s in zip(end[METRICS[0]], start)]
         vs = {m: "—" for m in METRICS}
         if base is not None and method != "GRPO":
-            for m in METRICS:
-                vs[m] = format_ci(*paired_difference_ci(end[m], [e[m] for _, e in base]), scale=100)
+            vs = {
+                m: cell([a - b for a, b in zip(end[m], [e[m] for _, e in base])]) for m in METRICS
+            }
+        delta = [e - s for e, s in zip(end[METRICS[0]], start)]
         lines.append(
-            f"| {method} | {format_ci(*mean_ci(start), scale=100)} | "
-            f"{format_ci(*mean_ci(end[METRICS[0]]), scale=100)} | {format_ci(*mean_ci(delta), scale=100)} | "
-            f"{vs[METRICS[0]]} | {format_ci(*mean_ci(end[METRICS[1]]), scale=100)} | {vs[METRICS[1]]} |"
+            f"| {method} | {cell(start)} | {cell(end[METRICS[0]])} | {cell(delta)} | "
+            f"{vs[METRICS[0]]} | {cell(end[METRICS[1]])} | {vs[METRICS[1]]} |"
         )
     return "\n".join(lines)

@@ -34,7 +34,9 @@ def _generate_and_score(policy, problems, scorer, k, temperature, max_new_tokens
             max_new_tokens,
             generator_seed=seed + start,
         )
-        scored = scorer.score(rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)])
+        scored = scorer.score(
+            rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)]
+        )
         rewards.append(scored.rewards.view(len(chunk), k))
         texts += rollouts.completion_texts
     return torch.cat(rewards), texts
@@ -51,7 +53,9 @@ def sampled_pass_rates(
     seed: int = EVAL_SEED,
 ) -> torch.Tensor:
     """Per-problem fraction of k samples at ``temperature`` that score a reward > 0.5."""
-    rewards, _ = _generate_and_score(policy, list(problems), scorer, k, temperature, max_new_tokens, batch_size, seed)
+    rewards, _ = _generate_and_score(
+        policy, list(problems), scorer, k, temperature, max_new_tokens, batch_size, seed
+    )
     return (rewards > 0.5).float().mean(dim=1)
 
 
@@ -65,11 +69,15 @@ def majority_correct(texts: Sequence[str], problems: Sequence[Problem], k: int) 
     return torch.tensor(out)
 
 
-def evaluate(policy, problems: Sequence[Problem], scorer: RewardScorer, eval_cfg, max_new_tokens: int) -> dict:
+def evaluate(
+    policy, problems: Sequence[Problem], scorer: RewardScorer, eval_cfg, max_new_tokens: int
+) -> dict:
     """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at eval temperature) and
     ``eval/maj@k`` on ``problems``."""
     problems = list(problems)
-    greedy, _ = _generate_and_score(policy, problems, scorer, 1, 0.0, max_new_tokens, 512, EVAL_SEED)
+    greedy, _ = _generate_and_score(
+        policy, problems, scorer, 1, 0.0, max_new_tokens, 512, EVAL_SEED
+    )
     sampled, texts = _generate_and_score(
         policy, problems, scorer, eval_cfg.k, eval_cfg.temperature, max_new_tokens, 512, EVAL_SEED
     )

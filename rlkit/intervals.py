@@ -1,31 +1,49 @@
-"""Mean and 95% confidence interval over seeds (Student t), plain and paired."""
+"""Means with 95% Student-t intervals over seeds or Monte-Carlo replicates, plain and paired."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import stats as _scipy_stats
 
 
-def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the t interval of the mean; a single value gives a zero-width one."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("mean_ci needs at least one value")
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, mean, mean
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
-    return mean, mean - half, mean + half
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its standard error and a two-sided t confidence interval."""
+
+    mean: float | np.ndarray
+    se: float | np.ndarray
+    low: float | np.ndarray
+    high: float | np.ndarray
+
+    def __str__(self) -> str:
+        return f"{self.mean:.4g} [{self.low:.4g}, {self.high:.4g}]"
+
+    def contains(self, value) -> bool | np.ndarray:
+        return (self.low <= value) & (value <= self.high)
 
 
-def paired_difference_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95):
-    """Interval of mean(a − b) over paired seeds (same seed, same index)."""
-    if len(a) != len(b):
-        raise ValueError(f"paired samples must have equal length, got {len(a)} and {len(b)}")
-    return mean_ci(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), level)
+def mean_ci(samples, axis: int = 0, level: float = 0.95) -> Interval:
+    """Mean over ``axis`` (seeds, replicates) with a Student-t interval at ``level``."""
+    x = np.asarray(samples, dtype=np.float64)
+    n = x.shape[axis]
+    if n < 2:
+        raise ValueError(f"need at least 2 samples along axis {axis} for an interval, got {n}")
+    mean = x.mean(axis=axis)
+    se = x.std(axis=axis, ddof=1) / np.sqrt(n)
+    half = _scipy_stats.t.ppf(0.5 + level / 2, df=n - 1) * se
+    return Interval(mean, se, mean - half, mean + half)
 
 
-def format_ci(mean: float, low: float, high: float, scale: float = 1.0, digits: int = 1) -> str:
-    return f"{mean * scale:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+def paired_difference(a, b, axis: int = 0, level: float = 0.95) -> Interval:
+    """Mean of a − b over paired seeds (same seed, same initial state and random stream)."""
+    return mean_ci(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), axis, level)
+
+
+def format_interval(interval: Interval, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean [low, high]`` of a scalar interval, values multiplied by ``scale``."""
+    return (
+        f"{interval.mean * scale:.{digits}f} "
+        f"[{interval.low * scale:.{digits}f}, {interval.high * scale:.{digits}f}]"
+    )

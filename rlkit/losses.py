@@ -91,15 +91,19 @@ def kl_divergence(
         return logp - ref_logp
     if estimator == "k3":
         log_ratio = ref_logp - logp
-        return torch.exp(log_ratio) - log_ratio - 1
+        return torch.expm1(log_ratio) - log_ratio  # expm1 keeps k3 ≥ 0 for tiny log-ratios
     raise ValueError(f"unknown KL estimator {estimator!r}; known: {list(KL_ESTIMATORS)}")
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy (nats) of softmax(logits) over the last dim: logsumexp(z) − Σ p·z."""
-    logits = logits.float()
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    """Shannon entropy (nats) of softmax(logits) over the last dim: −Σ p·log p.
+
+    Computed from log-softmax in at least float32 (float64 logits stay float64), so a large
+    common offset costs no precision, and −inf logits (masked tokens, p = 0) contribute 0.
+    """
+    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    p = logp.exp()
+    return -torch.where(p > 0, p * logp, 0.0).sum(dim=-1)
 
 
 def aggregate_loss(

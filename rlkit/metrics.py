@@ -27,7 +27,9 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=resume_step)
+            self.writer = SummaryWriter(
+                log_dir=str(Path(run_dir) / "tensorboard"), purge_step=resume_step
+            )
 
     def truncate_after(self, step: int) -> None:
         rows = read_metrics(self.path) if self.path.exists() else []

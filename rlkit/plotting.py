@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -29,7 +30,18 @@ def curves(rows: list[dict], name: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_runs(runs: Mapping[str, Path | str | list[dict]], out: Path | str, smooth: int = 5) -> Path:
+def trailing_mean(values: list[float], window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each point (fewer at the start)."""
+    x = np.asarray(values, dtype=np.float64)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    idx = np.arange(1, len(x) + 1)
+    lo = np.maximum(0, idx - window)
+    return (csum[idx] - csum[lo]) / (idx - lo)
+
+
+def plot_runs(
+    runs: Mapping[str, Path | str | list[dict]], out: Path | str, smooth: int = 5
+) -> Path:
     """Plot every standard curve that at least one run logged; one line per run.
 
     ``runs`` maps a label to a run directory (or to already-read metric rows). Noisy per-step
@@ -50,9 +62,7 @@ def plot_runs(runs: Mapping[str, Path | str | list[dict]], out: Path | str, smoo
             if name.startswith("eval/"):
                 ax.plot(steps, values, marker="o", label=label)
             else:
-                k = max(1, min(smooth, len(values)))
-                avg = [sum(values[max(0, i - k + 1) : i + 1]) / len(values[max(0, i - k + 1) : i + 1]) for i in range(len(values))]
-                ax.plot(steps, avg, label=label)
+                ax.plot(steps, trailing_mean(values, smooth), label=label)
         ax.set_title(STANDARD_CURVES[name], fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -228,7 +228,9 @@ class RewardScorer:
         return results, timed_out
 
     def _start_workers(self) -> None:
-        new = [_Worker(self._context, self.fn) for _ in range(self.num_workers - len(self._workers))]
+        new = [
+            _Worker(self._context, self.fn) for _ in range(self.num_workers - len(self._workers))
+        ]
         for worker in new:
             worker.wait_ready()
         self._workers += new

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 from transformers import (
@@ -123,32 +123,24 @@ class RolloutBatch:
         return self.input_ids.shape[0]
 
     def to(self, device: torch.device | str) -> RolloutBatch:
-        return RolloutBatch(
-            **{
-                f.name: _map_tensor(getattr(self, f.name), lambda t: t.to(device))
-                for f in fields(self)
-            }
-        )
+        return self._map(lambda t: t.to(device), lambda texts: texts)
 
     def select(self, index: torch.Tensor | list[int] | slice) -> RolloutBatch:
         """The rows `index` (a mini-batch), keeping the padded layout (same prompt_length)."""
         if isinstance(index, slice):
-            index = torch.arange(len(self))[index]
+            index = range(len(self))[index]
         index = torch.as_tensor(index, dtype=torch.long)
-        return RolloutBatch(
-            input_ids=self.input_ids[index.to(self.input_ids.device)],
-            attention_mask=self.attention_mask[index.to(self.attention_mask.device)],
-            completion_mask=self.completion_mask[index.to(self.completion_mask.device)],
-            prompt_length=self.prompt_length,
-            completion_texts=[self.completion_texts[i] for i in index.tolist()],
-            lengths=self.lengths[index.to(self.lengths.device)],
-            truncated=self.truncated[index.to(self.truncated.device)],
-            temperatures=self.temperatures[index.to(self.temperatures.device)],
+        return self._map(
+            lambda t: t[index.to(t.device)], lambda texts: [texts[i] for i in index.tolist()]
         )
 
-
-def _map_tensor(value, fn):
-    return fn(value) if isinstance(value, torch.Tensor) else value
+    def _map(self, on_tensor, on_texts) -> RolloutBatch:
+        changed = {
+            f.name: on_tensor(getattr(self, f.name))
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return replace(self, completion_texts=on_texts(self.completion_texts), **changed)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -346,3 +338,37 @@ def sequence_logprobs(
     logp = torch.cat(logps).masked_fill(~mask, 0.0)
     entropy = torch.cat(entropies).masked_fill(~mask, 0.0) if compute_entropy else None
     return logp, entropy
+
+
+def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBatch:
+    """Stack rollout batches of different widths into one, keeping the layout: prompts are
+    left-padded to the widest prompt, completions right-padded to the longest completion."""
+    if not batches:
+        raise ValueError("concat_rollouts needs at least one batch")
+    prompt_width = max(b.prompt_length for b in batches)
+    completion_width = max(b.input_ids.shape[1] - b.prompt_length for b in batches)
+
+    def widen(t: torch.Tensor, left: int, right: int, value) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (left, right), value=value)
+
+    parts = []
+    for b in batches:
+        left = prompt_width - b.prompt_length
+        right = completion_width - (b.input_ids.shape[1] - b.prompt_length)
+        parts.append(
+            (
+                widen(b.input_ids, left, right, pad_token_id),
+                widen(b.attention_mask, left, right, 0),
+                widen(b.completion_mask, 0, right, False),
+            )
+        )
+    return RolloutBatch(
+        input_ids=torch.cat([p[0] for p in parts]),
+        attention_mask=torch.cat([p[1] for p in parts]),
+        completion_mask=torch.cat([p[2] for p in parts]),
+        prompt_length=prompt_width,
+        completion_texts=[t for b in batches for t in b.completion_texts],
+        lengths=torch.cat([b.lengths for b in batches]),
+        truncated=torch.cat([b.truncated for b in batches]),
+        temperatures=torch.cat([b.temperatures for b in batches]),
+    )

@@ -39,7 +39,9 @@ class PromptSampler:
         if order == "difficulty":
             if pass_rates is None or len(pass_rates) != len(problems):
                 raise ValueError("order 'difficulty' needs one pass rate per problem")
-            self.curriculum = torch.argsort(-torch.as_tensor(pass_rates, dtype=torch.float64), stable=True)
+            self.curriculum = torch.argsort(
+                -torch.as_tensor(pass_rates, dtype=torch.float64), stable=True
+            )
         self.problems, self.order, self.seed = list(problems), order, seed
         self.epoch, self.position = 0, 0
         self._epoch_order = self.epoch_order(0)

@@ -138,11 +138,11 @@ def dispersion(x: torch.Tensor, kind: str = "std", dim: int = -1, ddof: int = 1)
     A robust measure that is 0 on a group whose values are not all equal falls back to the std
     (binary rewards make MAD and IQR collapse whenever one outcome is a majority).
     """
-    if kind == "std":
-        return group_std(x, dim, ddof)
-    if kind not in ("mad", "iqr"):
+    if kind not in ("std", "mad", "iqr"):
         raise ValueError(f"unknown dispersion {kind!r}; known: 'std', 'mad', 'iqr'")
     xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    if kind == "std":
+        return group_std(xf, dim, ddof)
     if kind == "mad":
         med = xf.quantile(0.5, dim=dim, keepdim=True)
         robust = _ROBUST_SCALE_MAD * (xf - med).abs().quantile(0.5, dim=dim)

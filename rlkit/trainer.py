@@ -39,8 +39,8 @@ from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import RolloutBatch, concat_rollouts, generate_rollouts, sequence_logprobs
 from rlkit.sampling import PromptSampler
-from rlkit.tasks.loader import load_problems
 from rlkit.tasks.base import Problem
+from rlkit.tasks.loader import load_problems
 
 
 class NonFiniteError(RuntimeError):
@@ -102,7 +102,11 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -136,7 +140,9 @@ def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
         if step < warmup:
             return (step + 1) / warmup
         if schedule == "cosine":
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+            return 0.5 * (
+                1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup)))
+            )
         return 1.0
 
     return factor
@@ -145,12 +151,18 @@ def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
 def per_prompt_mean(values: torch.Tensor, mask: torch.Tensor, num_prompts: int) -> torch.Tensor:
     """Mean of a per-token quantity over the real tokens of each prompt's G completions."""
     mask = mask.to(values.dtype)
-    return (values * mask).view(num_prompts, -1).sum(1) / mask.view(num_prompts, -1).sum(1).clamp_min(1)
+    return (values * mask).view(num_prompts, -1).sum(1) / mask.view(num_prompts, -1).sum(
+        1
+    ).clamp_min(1)
 
 
 def summary(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()
-    return {f"{prefix}/mean": values.mean(), f"{prefix}/min": values.min(), f"{prefix}/max": values.max()}
+    return {
+        f"{prefix}/mean": values.mean(),
+        f"{prefix}/min": values.min(),
+        f"{prefix}/max": values.max(),
+    }
 
 
 class Trainer:
@@ -176,7 +188,9 @@ class Trainer:
         self.cluster_index: dict[str, int] = {}
         self.temperature_ctl = self.clip_ctl = None
         if cfg.agpo.enabled:
-            self.temperature_ctl = AdaptiveTemperature(tau_base=cfg.rollout.temperature, **cfg.agpo.temperature)
+            self.temperature_ctl = AdaptiveTemperature(
+                tau_base=cfg.rollout.temperature, **cfg.agpo.temperature
+            )
             self.clip_ctl = AdaptiveClip(**cfg.agpo.clip)
         self.previous_stats: dict[str, ProbeStats] = {}  # probe "previous": problem id → stats
 
@@ -189,7 +203,12 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.step_count = 0
         self.score_time = 0.0
-        self.counters = {"tokens_generated": 0, "tokens_probe": 0, "nonfinite_skips": 0, "consecutive_skips": 0}
+        self.counters = {
+            "tokens_generated": 0,
+            "tokens_probe": 0,
+            "nonfinite_skips": 0,
+            "consecutive_skips": 0,
+        }
 
         checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
@@ -203,13 +222,22 @@ class Trainer:
         if state:
             self.load_state(checkpoint, state)
         else:
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        self.logger = MetricsLogger(self.run_dir, cfg.tensorboard, self.step_count if state else None)
+            (self.run_dir / "config.yaml").write_text(
+                yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+            )
+        self.logger = MetricsLogger(
+            self.run_dir, cfg.tensorboard, self.step_count if state else None
+        )
 
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
         return sampled_pass_rates(
-            self.policy, self.train_problems, self.scorer, self.cfg.eval.k, 1.0, self.cfg.rollout.max_new_tokens
+            self.policy,
+            self.train_problems,
+            self.scorer,
+            self.cfg.eval.k,
+            1.0,
+            self.cfg.rollout.max_new_tokens,
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -228,7 +256,9 @@ class Trainer:
             top_k=ro.top_k,
         )
         t0 = time.perf_counter()
-        scored = self.scorer.score(rollouts.completion_texts, [p.answer for p in problems for _ in range(g)])
+        scored = self.scorer.score(
+            rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
+        )
         self.score_time += time.perf_counter() - t0
         rewards = scored.rewards.clone()
         lengths, truncated = rollouts.lengths.cpu(), rollouts.truncated.cpu()
@@ -237,7 +267,9 @@ class Trainer:
         elif ro.truncated == "mask":
             rollouts.completion_mask[truncated.to(rollouts.completion_mask.device)] = False
         if ro.overlong_buffer > 0:
-            rewards += overlong_penalty(lengths, ro.max_new_tokens, ro.overlong_buffer, ro.overlong_penalty)
+            rewards += overlong_penalty(
+                lengths, ro.max_new_tokens, ro.overlong_buffer, ro.overlong_penalty
+            )
         return Groups(
             problems,
             rollouts,
@@ -262,7 +294,9 @@ class Trainer:
         base = torch.full((len(problems),), self.cfg.rollout.temperature)
         probe = self.sample_groups(problems, base)
         self.counters["tokens_probe"] += int(probe.rollouts.lengths.sum())
-        return ProbeStats.from_rewards(probe.rewards, probe.answers, self.cfg.agpo.dispersion), probe
+        return ProbeStats.from_rewards(
+            probe.rewards, probe.answers, self.cfg.agpo.dispersion
+        ), probe
 
     def groups_for(self, problems: list[Problem]) -> Groups:
         """Training groups for ``problems``: at τ_base, or at AGPO's per-prompt τ_t."""
@@ -317,7 +351,11 @@ class Trainer:
         """Temperature of the importance ratio: each row's sampling τ (default) or a constant
         (``1.0`` reproduces AGPO's code, spec §3 known flaws)."""
         t = self.cfg.loss.ratio_temperature
-        return rollouts.temperatures.float() if t == "sampling" else torch.full((len(rollouts),), float(t))
+        return (
+            rollouts.temperatures.float()
+            if t == "sampling"
+            else torch.full((len(rollouts),), float(t))
+        )
 
     @torch.no_grad()
     def reference_logprobs(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
@@ -350,14 +388,27 @@ class Trainer:
                     logp, _ = sequence_logprobs(self.policy.model, sub, temps[idx])
                     m = sub.completion_mask
                     loss_tok, clip = clipped_surrogate(
-                        logp, old_logp[idx], advantages[idx], eps_low[idx], eps_high[idx], m, cfg.loss.dual_clip
+                        logp,
+                        old_logp[idx],
+                        advantages[idx],
+                        eps_low[idx],
+                        eps_high[idx],
+                        m,
+                        cfg.loss.dual_clip,
                     )
                     kl_tok = kl_divergence(logp, ref_logp[idx], cfg.loss.kl_estimator)
                     loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
-                    weight = (m.sum() / mb_tokens) if cfg.loss.loss_agg == "token-mean" else len(idx) / len(mb)
-                    loss = aggregate_loss(loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens) * weight
+                    weight = (
+                        (m.sum() / mb_tokens)
+                        if cfg.loss.loss_agg == "token-mean"
+                        else len(idx) / len(mb)
+                    )
+                    loss = (
+                        aggregate_loss(loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens)
+                        * weight
+                    )
                     loss.backward()
-                    loss_total += float(loss)
+                    loss_total += loss.item()
                     stats.append((weight, clip, masked_mean(kl_tok.detach(), m)))
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
                 if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
@@ -383,7 +434,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.counters["nonfinite_skips"] += 1
         self.counters["consecutive_skips"] += 1
-        tqdm.write(f"step {self.step_count}: non-finite loss ({loss}) or grad norm ({grad_norm}); skipped")
+        tqdm.write(
+            f"step {self.step_count}: non-finite loss ({loss}) or grad norm ({grad_norm}); skipped"
+        )
         if self.counters["consecutive_skips"] >= self.cfg.optim.max_nonfinite_skips:
             raise NonFiniteError(
                 f"{self.counters['consecutive_skips']} consecutive optimizer steps had a non-finite loss "
@@ -467,7 +520,10 @@ class Trainer:
     def agpo_metrics(self, groups: Groups, tok_entropy: torch.Tensor) -> dict:
         out = summary("agpo/temperature", groups.temperatures)
         if self.cfg.agpo.adaptive_temperature and hasattr(self.temperature_ctl, "last_u"):
-            out |= {"agpo/U": self.temperature_ctl.last_u.mean(), "agpo/U_bar": self.temperature_ctl.u_bar}
+            out |= {
+                "agpo/U": self.temperature_ctl.last_u.mean(),
+                "agpo/U_bar": self.temperature_ctl.u_bar,
+            }
         out["agpo/H"] = tok_entropy.mean()
         if self.cfg.agpo.adaptive_clip:
             out["agpo/H_ref"] = self.clip_ctl.entropy_ref.value
@@ -482,13 +538,22 @@ class Trainer:
         for i, problem in enumerate(groups.problems):
             self.previous_stats[problem.id] = stats.select([i])
         self.previous_stats["__batch__"] = ProbeStats(
-            *(getattr(stats, f).mean().reshape(1) for f in ("dispersion", "skewness", "vote_entropy"))
+            *(
+                getattr(stats, f).mean().reshape(1)
+                for f in ("dispersion", "skewness", "vote_entropy")
+            )
         )
 
     # ------------------------------------------------------------ eval, saving
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
-        return evaluate(self.policy, self.eval_problems, self.scorer, self.cfg.eval, self.cfg.rollout.max_new_tokens)
+        return evaluate(
+            self.policy,
+            self.eval_problems,
+            self.scorer,
+            self.cfg.eval,
+            self.cfg.rollout.max_new_tokens,
+        )
 
     def state_dict(self) -> dict:
         return {
@@ -523,12 +588,16 @@ class Trainer:
         set_rng_state(state["rng"])
 
     def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step_count, self.policy, self.state_dict(), self.cfg.keep_checkpoints)
+        return save_checkpoint(
+            self.run_dir, self.step_count, self.policy, self.state_dict(), self.cfg.keep_checkpoints
+        )
 
     # ----------------------------------------------------------------------- run
     def eval_due(self) -> bool:
         every = self.cfg.eval.every
-        return self.step_count in (0, self.cfg.steps) or bool(every and self.step_count % every == 0)
+        return self.step_count in (0, self.cfg.steps) or bool(
+            every and self.step_count % every == 0
+        )
 
     def train(self) -> list[dict]:
         """Run to ``cfg.steps``. Evaluation rows (step 0, every ``eval.every`` steps, the last
@@ -538,7 +607,12 @@ class Trainer:
         if self.step_count == 0:
             evals.append({"step": 0, **self.evaluate()})
             self.logger.log(0, evals[-1])
-        bar = tqdm(total=cfg.steps, initial=self.step_count, desc=cfg.algo.estimator, disable=not cfg.progress)
+        bar = tqdm(
+            total=cfg.steps,
+            initial=self.step_count,
+            desc=cfg.algo.estimator,
+            disable=not cfg.progress,
+        )
         try:
             while self.step_count < cfg.steps:
                 metrics = self.step()

@@ -19,7 +19,17 @@ from simulations.population import (
 )
 
 __all__ = [
-    "BetaPopulation", "ClusteredPopulation", "DriftingPopulation", "GaussianPopulation",
-    "SoftmaxBandit", "StepResult", "bernoulli_rewards", "closed_forms", "experiments",
-    "gaussian_rewards", "plotting", "population", "stats",
+    "BetaPopulation",
+    "ClusteredPopulation",
+    "DriftingPopulation",
+    "GaussianPopulation",
+    "SoftmaxBandit",
+    "StepResult",
+    "bernoulli_rewards",
+    "closed_forms",
+    "experiments",
+    "gaussian_rewards",
+    "plotting",
+    "population",
+    "stats",
 ]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit.losses import aggregate_loss, clipped_surrogate, entropy_from_logits, kl_divergence
+from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence
+from rlkit.losses import entropy_from_logits as entropy
 
 
 @dataclass
@@ -56,9 +57,7 @@ class SoftmaxBandit:
         theta = theta.to(torch.float64).clamp(1e-6, 1 - 1e-6).unsqueeze(1)
         correct = torch.zeros(theta.shape[0], num_answers, dtype=torch.bool)
         correct[:, :num_correct] = True
-        probs = torch.where(
-            correct, theta / num_correct, (1 - theta) / (num_answers - num_correct)
-        )
+        probs = torch.where(correct, theta / num_correct, (1 - theta) / (num_answers - num_correct))
         return cls(probs.log(), correct)
 
     @property
@@ -79,8 +78,8 @@ class SoftmaxBandit:
         return (self.log_probs(idx).exp() * self.correct[idx]).sum(1)
 
     def entropy(self, prompts=None) -> torch.Tensor:
-        """Policy entropy (nats, T = 1) per prompt."""
-        return entropy_from_logits(self.logits[self._index(prompts)]).to(torch.float64)
+        """Policy entropy (nats, T = 1, float64) per prompt."""
+        return entropy(self.logits[self._index(prompts)])
 
     def sample(
         self, group_size: int, gen: torch.Generator, prompts=None, temperature=1.0
@@ -93,8 +92,15 @@ class SoftmaxBandit:
         return actions, rewards
 
     def policy_gradient(
-        self, actions, advantages, prompts=None, temperature=1.0, logits=None, old_logp=None,
-        eps_low=0.2, eps_high=0.2,
+        self,
+        actions,
+        advantages,
+        prompts=None,
+        temperature=1.0,
+        logits=None,
+        old_logp=None,
+        eps_low=0.2,
+        eps_high=0.2,
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """∇_z of the clipped-surrogate loss (rlkit.losses), B·token-mean over the B·G samples.
 
@@ -120,8 +126,15 @@ class SoftmaxBandit:
         return grad, logp.detach(), float(clip.region)
 
     def update(
-        self, actions, advantages, lr: float, prompts=None, temperature=1.0, epochs: int = 1,
-        eps_low=0.2, eps_high=0.2,
+        self,
+        actions,
+        advantages,
+        lr: float,
+        prompts=None,
+        temperature=1.0,
+        epochs: int = 1,
+        eps_low=0.2,
+        eps_high=0.2,
     ) -> StepResult:
         """``epochs`` gradient steps z ← z − lr·∇loss on one sampled batch (PPO-style reuse).
 
@@ -147,8 +160,8 @@ class SoftmaxBandit:
         return StepResult(
             delta_logits=z - start,
             grad_norm=grad_norm,
-            entropy_before=entropy_from_logits(start).to(torch.float64),
-            entropy_after=entropy_from_logits(z).to(torch.float64),
+            entropy_before=entropy(start),
+            entropy_after=entropy(z),
             kl=kl_divergence(old_logp, new_logp, "k1").mean(1),
             clip_fraction=torch.tensor(clipped).mean(),
         )

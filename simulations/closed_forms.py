@@ -141,11 +141,13 @@ def answer_advantage(actions: torch.Tensor, advantages: torch.Tensor, num_answer
 def entropy_decay_prediction(logits, actions, advantages, lr: float) -> torch.Tensor:
     """Prop 3.6's first-order entropy change for one vanilla policy-gradient step (per prompt)::
 
-        ΔH ≈ −η · Cov_{k∼π}(log π_k, π_k·Ā_k)
+        ΔH ≈ −η · Cov_{k∼π}(log π_k, π_k·(Ā_k − Ā)),     Ā = mean_i A_i
 
     the tabular-softmax form of −η·Cov(log π, A) (Cui et al., arXiv 2505.22617, Lemma 1): the
-    factor π_k appears because the step is a plain, not a natural, gradient.
+    factor π_k appears because the step is a plain, not a natural, gradient, and Ā matters only
+    for advantages that do not sum to zero within the group (EBPO's shrinkage baseline).
     """
     probs = torch.softmax(logits, dim=-1)
     a_bar = answer_advantage(actions, advantages, logits.shape[-1], probs)
-    return -lr * policy_covariance(logits, probs * a_bar)
+    mean_adv = advantages.to(probs.dtype).mean(-1, keepdim=True)
+    return -lr * policy_covariance(logits, probs * (a_bar - mean_adv))

@@ -9,13 +9,13 @@ never over prompts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
-from rlkit.advantages import EBPO, AdvantageResult, get_estimator
+from rlkit.advantages import AdvantageResult, get_estimator, whiten
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.stats import group_std
 from simulations import closed_forms as cf
@@ -39,11 +39,10 @@ class BatchWhitened:
 
     def __init__(self):
         self.base = get_estimator("dr_grpo")
-        self.whitener = get_estimator("ebpo", whitening="whiten")
 
     def __call__(self, rewards, cluster_ids=None) -> AdvantageResult:
         out = self.base(rewards)
-        return AdvantageResult(self.whitener.whiten(out.advantages.to(torch.float64)), out.diagnostics)
+        return AdvantageResult(whiten(out.advantages.to(torch.float64)), out.diagnostics)
 
 
 METHODS: dict[str, tuple[str, dict]] = {
@@ -142,7 +141,9 @@ def null_group_rates(
     shape = (len(thetas), groups_per_theta)
     out = {"theta": thetas.numpy(), "G": group_size}
     for name in ("grpo", "ebpo"):
-        null = (get_estimator(name)(rewards).advantages == 0).all(1).to(torch.float64).reshape(shape)
+        null = (
+            (get_estimator(name)(rewards).advantages == 0).all(1).to(torch.float64).reshape(shape)
+        )
         ci = mean_ci(null.numpy(), axis=1)
         out[f"{name}_null"], out[f"{name}_null_se"] = ci.mean, ci.se
     out["all_zero"] = (rewards.sum(1) == 0).to(torch.float64).reshape(shape).mean(1).numpy()
@@ -151,9 +152,23 @@ def null_group_rates(
     return out
 
 
+def beta_all_zero_rate(
+    population: BetaPopulation, group_size: int, num_prompts: int, seed: int
+) -> float:
+    """Simulated fraction of all-zero groups when θ ~ Beta(a, b) (closed form E[(1 − θ)^G])."""
+    rng = np.random.default_rng(seed)
+    rewards = bernoulli_rewards(population.sample(num_prompts, rng), group_size, rng)
+    return float((rewards.sum(1) == 0).to(torch.float64).mean())
+
+
 def gradient_by_group_type(
-    population: BetaPopulation, num_prompts: int, num_answers: int, group_size: int, lr: float,
-    seed: int, methods=("GRPO", "EBPO"),
+    population: BetaPopulation,
+    num_prompts: int,
+    num_answers: int,
+    group_size: int,
+    lr: float,
+    seed: int,
+    methods=("GRPO", "EBPO"),
 ) -> dict[str, dict[str, float]]:
     """Policy-gradient norm on the softmax bandit by group type (all-zero, mixed, all-one), and the
     one-step change of π(correct) on all-zero groups, for each method on the same samples."""
@@ -179,35 +194,45 @@ def gradient_by_group_type(
 
 
 def failure_penalty_by_cluster(
-    population: ClusteredPopulation, group_size: int, num_prompts: int, seed: int
+    population: ClusteredPopulation, group_size: int, num_prompts: int, num_batches: int, seed: int
 ) -> dict[str, np.ndarray]:
     """Cor 3.5: EBPO's raw advantage on all-zero groups, −S_k·μ_k, per cluster (per-cluster prior).
 
-    Uses EBPO with the batch prior, per-cluster accumulators (every cluster has enough prompts)
-    and no whitening, so the advantage of a failed group is exactly −V = −S·μ_k. The closed form
-    takes each cluster's large-batch raw hyper-parameters.
+    Uses EBPO with the batch prior, per-cluster accumulators and no whitening, so the advantage
+    of a failed group is exactly −V = −S·μ̂_k. Per cluster: the mean penalty over batches with its
+    standard error, the mean S and prior mean, and the closed form −S_k·μ_k from the cluster's
+    large-batch raw hyper-parameters (:func:`cf.raw_hyperparameters`).
     """
     rng = np.random.default_rng(seed)
-    theta, cluster = population.sample(num_prompts, rng)
-    rewards = bernoulli_rewards(theta, group_size, rng)
     estimator = get_estimator("ebpo", prior="batch", whitening="none", min_cluster_count=1)
-    out = estimator(rewards, cluster_ids=cluster)
-    failed = rewards.sum(1) == 0
-    penalty = out.advantages[:, 0].to(torch.float64)
-    result = {k: [] for k in ("mean", "penalty", "penalty_se", "shrinkage", "prior_mean", "closed")}
-    for k in range(population.num_clusters):
+    k_all = range(population.num_clusters)
+    per_batch = {
+        k: np.full((num_batches, population.num_clusters), np.nan) for k in ("penalty", "shrinkage")
+    }
+    for b in range(num_batches):
+        theta, cluster = population.sample(num_prompts, rng)
+        rewards = bernoulli_rewards(theta, group_size, rng)
+        out = estimator(rewards, cluster_ids=cluster)
+        failed = rewards.sum(1) == 0
+        for k in k_all:
+            sel = failed & (cluster == k)
+            if sel.any():
+                per_batch["penalty"][b, k] = float(out.advantages[sel, 0].mean())
+                per_batch["shrinkage"][b, k] = float(out.diagnostics["shrinkage"][sel].mean())
+    # an easy cluster may have no failed group in a batch: average over the batches that have one
+    penalty = [mean_ci(col[~np.isnan(col)]) for col in per_batch["penalty"].T]
+    closed = []
+    for k in k_all:
         sub = population.cluster(k)
-        in_k = cluster == k
-        sel = failed & in_k
-        ci = mean_ci(penalty[sel].numpy()) if sel.sum() > 1 else None
-        s2_raw, t2_raw = cf.raw_hyperparameters(sub.sigma2, sub.tau2, group_size)
-        result["mean"].append(sub.mean)
-        result["penalty"].append(np.nan if ci is None else ci.mean)
-        result["penalty_se"].append(np.nan if ci is None else ci.se)
-        result["shrinkage"].append(float(out.diagnostics["shrinkage"][in_k].mean()))
-        result["prior_mean"].append(float(out.diagnostics["prior_mean"][in_k].mean()))
-        result["closed"].append(-cf.shrinkage_factor(s2_raw, t2_raw, group_size) * sub.mean)
-    return {k: np.asarray(v) for k, v in result.items()}
+        sigma2_raw, tau2_raw = cf.raw_hyperparameters(sub.sigma2, sub.tau2, group_size)
+        closed.append(-cf.shrinkage_factor(sigma2_raw, tau2_raw, group_size) * sub.mean)
+    return {
+        "mean": np.asarray(population.means),
+        "penalty": np.array([ci.mean for ci in penalty]),
+        "penalty_se": np.array([ci.se for ci in penalty]),
+        "shrinkage": np.nanmean(per_batch["shrinkage"], axis=0),
+        "closed": np.asarray(closed),
+    }
 
 
 # --- Notebook 03: Prop 3.6, entropy dynamics on the softmax bandit -----------------------------
@@ -267,10 +292,23 @@ def train_bandits(methods, config: BanditConfig, seeds, snapshot_every: int = 0)
     out = {}
     for method in tqdm(methods, desc="methods"):
         runs = [train_bandit(method, config, seed, snapshot_every) for seed in seeds]
-        out[method] = {k: np.stack([r[k] for r in runs]) for k in runs[0] if k not in ("snapshots", "correct")}
+        out[method] = {
+            k: np.stack([r[k] for r in runs]) for k in runs[0] if k not in ("snapshots", "correct")
+        }
         if snapshot_every:
             out[method]["snapshots"] = [(r["snapshots"], r["correct"]) for r in runs]
     return out
+
+
+def first_order_error(method: str, config: BanditConfig, seed: int, lrs) -> np.ndarray:
+    """Relative error Σ|ΔH − ΔH_pred| / Σ|ΔH| of the first-order entropy prediction over a short
+    run at each learning rate of ``lrs`` (it should shrink like η)."""
+    errors = []
+    for lr in lrs:
+        log = train_bandit(method, replace(config, lr=lr, epochs=1), seed)
+        gap = np.abs(log["delta_entropy"] - log["predicted_delta"]).sum()
+        errors.append(gap / np.abs(log["delta_entropy"]).sum())
+    return np.asarray(errors)
 
 
 def entropy_mechanism_terms(
@@ -302,10 +340,14 @@ def entropy_mechanism_terms(
 STREAM_ORDERS = ("shuffle", "topic", "difficulty")
 
 
-def clustered_pool(population: ClusteredPopulation, per_cluster: int, rng) -> tuple[torch.Tensor, torch.Tensor]:
+def clustered_pool(
+    population: ClusteredPopulation, per_cluster: int, rng
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``per_cluster`` prompts from every cluster (exact counts, so topic batches are pure)."""
     cluster = torch.arange(population.num_clusters).repeat_interleave(per_cluster)
-    theta = torch.cat([population.cluster(k).sample(per_cluster, rng) for k in range(population.num_clusters)])
+    theta = torch.cat(
+        [population.cluster(k).sample(per_cluster, rng) for k in range(population.num_clusters)]
+    )
     return theta, cluster
 
 
@@ -337,8 +379,13 @@ PRIORS: dict[str, dict] = {
 
 
 def prior_error(
-    population: ClusteredPopulation, order: str, prior: str, per_cluster: int, batch_size: int,
-    group_size: int, seed: int,
+    population: ClusteredPopulation,
+    order: str,
+    prior: str,
+    per_cluster: int,
+    batch_size: int,
+    group_size: int,
+    seed: int,
 ) -> dict[str, float]:
     """One pass over a clustered pool in ``order`` with EBPO's ``prior`` (a key of :data:`PRIORS`).
 
@@ -358,7 +405,10 @@ def prior_error(
         out = estimator(rewards, cluster_ids=cluster[batch] if with_clusters else None)
         sq_prior.append((out.diagnostics["prior_mean"].to(torch.float64) - theta[batch]) ** 2)
         sq_baseline.append((out.diagnostics["baseline"].to(torch.float64) - theta[batch]) ** 2)
-    return {"J": float(torch.cat(sq_prior).mean()), "baseline_mse": float(torch.cat(sq_baseline).mean())}
+    return {
+        "J": float(torch.cat(sq_prior).mean()),
+        "baseline_mse": float(torch.cat(sq_baseline).mean()),
+    }
 
 
 # --- Notebook 05: AGPO controllers on a bandit with a difficulty shift --------------------------
@@ -370,7 +420,9 @@ class ShiftConfig:
     ``population.shift_step``, then a fresh pool drawn from the harder ``population.after``."""
 
     population: DriftingPopulation = field(
-        default_factory=lambda: DriftingPopulation(BetaPopulation(3.0, 2.0), BetaPopulation(1.0, 6.0), 150)
+        default_factory=lambda: DriftingPopulation(
+            BetaPopulation(3.0, 2.0), BetaPopulation(1.0, 6.0), 150
+        )
     )
     num_prompts: int = 64
     num_answers: int = 8
@@ -406,28 +458,57 @@ def train_shift_bandit(
     temperature = AdaptiveTemperature(tau_base=config.tau)
     clip = AdaptiveClip(eps_base=config.eps)
     estimator = get_estimator("agpo", dispersion=config.dispersion)
-    keys = ("success", "entropy", "eps_mean", "eps_min", "eps_max", "tau_mean", "tau_min",
-            "tau_max", "u", "u_bar", "dispersion", "vote_entropy", "kl", "clip_fraction")
+    keys = (
+        "success",
+        "entropy",
+        "eps_mean",
+        "eps_min",
+        "eps_max",
+        "tau_mean",
+        "tau_min",
+        "tau_max",
+        "u",
+        "u_bar",
+        "dispersion",
+        "vote_entropy",
+        "kl",
+        "clip_fraction",
+    )
     log = {k: np.empty(config.steps) for k in keys}
     for step in range(config.steps):
         bandit = pools[int(step >= config.population.shift_step)]
         probe_actions, probe_rewards = bandit.sample(config.group_size, gen, temperature=config.tau)
-        stats = ProbeStats.from_rewards(probe_rewards, answer_keys(probe_actions), config.dispersion)
-        tau = temperature(stats) if adaptive_temperature else torch.full((bandit.num_prompts,), config.tau)
+        stats = ProbeStats.from_rewards(
+            probe_rewards, answer_keys(probe_actions), config.dispersion
+        )
+        tau = (
+            temperature(stats)
+            if adaptive_temperature
+            else torch.full((bandit.num_prompts,), config.tau)
+        )
         actions, rewards = bandit.sample(config.group_size, gen, temperature=tau)
         entropy = bandit.entropy()
-        eps = clip(stats, entropy) if adaptive_clip else torch.full((bandit.num_prompts,), config.eps)
+        eps = (
+            clip(stats, entropy) if adaptive_clip else torch.full((bandit.num_prompts,), config.eps)
+        )
         log["success"][step] = float(bandit.success_rate().mean())
         log["entropy"][step] = float(entropy.mean())
         result = bandit.update(
-            actions, estimator(rewards).advantages, config.lr, temperature=tau,
-            epochs=config.epochs, eps_low=eps, eps_high=eps,
+            actions,
+            estimator(rewards).advantages,
+            config.lr,
+            temperature=tau,
+            epochs=config.epochs,
+            eps_low=eps,
+            eps_high=eps,
         )
         log["kl"][step] = clip.update_kl(result.kl)
         log["clip_fraction"][step] = float(result.clip_fraction)
         for name, values in (("eps", eps), ("tau", tau)):
             log[f"{name}_mean"][step], log[f"{name}_min"][step], log[f"{name}_max"][step] = (
-                float(values.mean()), float(values.min()), float(values.max()),
+                float(values.mean()),
+                float(values.min()),
+                float(values.max()),
             )
         log["u"][step] = float(temperature.uncertainty(stats).mean())
         log["u_bar"][step] = temperature.u_bar
@@ -454,9 +535,26 @@ def train_shift_bandits(config: ShiftConfig, seeds, arms=tuple(SHIFT_ARMS)) -> d
 
 
 __all__ = [
-    "METHODS", "PRIORS", "SHIFT_ARMS", "STREAM_ORDERS", "BanditConfig", "BatchWhitened",
-    "ShiftConfig", "clustered_pool", "entropy_mechanism_terms", "failure_penalty_by_cluster",
-    "gradient_by_group_type", "make_estimator", "null_group_rates", "prior_error",
-    "shrinkage_mse", "stream_order", "train_bandit", "train_bandits", "train_shift_bandit",
+    "METHODS",
+    "PRIORS",
+    "SHIFT_ARMS",
+    "STREAM_ORDERS",
+    "BanditConfig",
+    "BatchWhitened",
+    "beta_all_zero_rate",
+    "first_order_error",
+    "ShiftConfig",
+    "clustered_pool",
+    "entropy_mechanism_terms",
+    "failure_penalty_by_cluster",
+    "gradient_by_group_type",
+    "make_estimator",
+    "null_group_rates",
+    "prior_error",
+    "shrinkage_mse",
+    "stream_order",
+    "train_bandit",
+    "train_bandits",
+    "train_shift_bandit",
     "train_shift_bandits",
 ]

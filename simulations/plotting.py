@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -28,9 +30,16 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 4.0, height: float = 3
 
 
 def save(fig, name: str) -> Path:
-    """Save ``fig`` as notebooks/figures/<name>.png and return the path."""
-    FIGURE_DIR.mkdir(parents=True, exist_ok=True)
-    path = FIGURE_DIR / f"{name}.png"
+    """Save ``fig`` as notebooks/figures/<name>.png and return the path.
+
+    At ``RLKIT_NB_SCALE=ci`` the figure goes to a temporary folder instead, so a test run never
+    overwrites the committed full-scale figures.
+    """
+    folder = FIGURE_DIR
+    if os.environ.get("RLKIT_NB_SCALE") == "ci":
+        folder = Path(tempfile.gettempdir()) / "rlkit-ci-figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
     fig.tight_layout()
     fig.savefig(path, dpi=FIGURE_DPI)
     return path

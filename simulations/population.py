@@ -93,7 +93,9 @@ class ClusteredPopulation:
         if self.weights is not None and (
             len(self.weights) != len(self.means) or not np.isclose(sum(self.weights), 1.0)
         ):
-            raise ValueError(f"weights must be {len(self.means)} numbers summing to 1, got {self.weights}")
+            raise ValueError(
+                f"weights must be {len(self.means)} numbers summing to 1, got {self.weights}"
+            )
 
     @property
     def num_clusters(self) -> int:
@@ -129,7 +131,9 @@ class DriftingPopulation:
         return self.before if step < self.shift_step else self.after
 
 
-def bernoulli_rewards(theta: torch.Tensor, group_size: int, rng: np.random.Generator) -> torch.Tensor:
+def bernoulli_rewards(
+    theta: torch.Tensor, group_size: int, rng: np.random.Generator
+) -> torch.Tensor:
     """G verifiable 0/1 rewards per prompt: r[q, i] ~ Bernoulli(θ_q), shape [*θ.shape, G]."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")

@@ -1,46 +1,40 @@
-"""Summaries over seeds and Monte-Carlo replicates: means with 95% intervals, paired differences."""
+"""Monte-Carlo agreement tests; means with 95% intervals and paired differences come from
+:mod:`rlkit.intervals` and are re-exported here."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _scipy_stats
 
+from rlkit.intervals import Interval, mean_ci, paired_difference
 
-@dataclass(frozen=True)
-class Interval:
-    """A mean with its standard error and a two-sided t confidence interval."""
-
-    mean: float | np.ndarray
-    se: float | np.ndarray
-    low: float | np.ndarray
-    high: float | np.ndarray
-
-    def __str__(self) -> str:
-        return f"{self.mean:.4g} [{self.low:.4g}, {self.high:.4g}]"
-
-    def contains(self, value) -> bool | np.ndarray:
-        return (self.low <= value) & (value <= self.high)
-
-
-def mean_ci(samples, axis: int = 0, level: float = 0.95) -> Interval:
-    """Mean over ``axis`` (seeds, replicates) with a Student-t interval at ``level``."""
-    x = np.asarray(samples, dtype=np.float64)
-    n = x.shape[axis]
-    if n < 2:
-        raise ValueError(f"need at least 2 samples along axis {axis} for an interval, got {n}")
-    mean = x.mean(axis=axis)
-    se = x.std(axis=axis, ddof=1) / np.sqrt(n)
-    half = _scipy_stats.t.ppf(0.5 + level / 2, df=n - 1) * se
-    return Interval(mean, se, mean - half, mean + half)
-
-
-def paired_difference(a, b, axis: int = 0, level: float = 0.95) -> Interval:
-    """Mean of a − b over paired seeds (same seed, same initial state and random stream)."""
-    return mean_ci(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), axis, level)
+__all__ = [
+    "Interval",
+    "mean_ci",
+    "paired_difference",
+    "within_standard_errors",
+    "binomial_z",
+    "bonferroni_z",
+]
 
 
 def within_standard_errors(estimate: Interval, target, num_se: float = 3.0) -> bool | np.ndarray:
     """|estimate − target| ≤ num_se · SE: the Monte-Carlo agreement test the notebooks assert."""
-    return np.abs(np.asarray(estimate.mean) - np.asarray(target)) <= num_se * np.asarray(estimate.se)
+    return np.abs(np.asarray(estimate.mean) - np.asarray(target)) <= num_se * np.asarray(
+        estimate.se
+    )
+
+
+def binomial_z(observed_fraction, probability, num_trials: int):
+    """z-score of an observed fraction against a known probability, SE √(p(1 − p)/n) under the null.
+
+    Uses the SE of the hypothesised p, so a rare event that was never observed is still testable.
+    """
+    p = np.asarray(probability, dtype=np.float64)
+    se = np.sqrt(p * (1 - p) / num_trials)
+    return (np.asarray(observed_fraction) - p) / np.where(se > 0, se, np.inf)
+
+
+def bonferroni_z(num_comparisons: int, family_level: float = 0.01) -> float:
+    """Two-sided z threshold keeping the chance of any false alarm among m comparisons ≤ level."""
+    return float(_scipy_stats.norm.ppf(1 - family_level / (2 * num_comparisons)))

@@ -227,7 +227,7 @@ def vote_entropy(keys) -> float:
 
 
 def adaptive_temperature(
-    u_values, u_bar, lam=0.15, tau_base=1.0, tau_min=0.5, tau_max=1.5, rate=0.1
+    u_values, u_bar, lam=0.15, tau_base=1.0, tau_min=0.5, tau_max=1.5, ema_rate=0.1
 ) -> tuple[list[float], float]:
     """τ per prompt from its U, with Ū updated sequentially after each prompt (warm-up rule)."""
     taus = []
@@ -236,7 +236,7 @@ def adaptive_temperature(
             u_tilde, u_bar = 0.0, u
         else:
             u_tilde = (u - u_bar) / (u_bar + 1e-8)
-            u_bar = (1 - rate) * u_bar + rate * u
+            u_bar = (1 - ema_rate) * u_bar + ema_rate * u
         taus.append(min(tau_max, max(tau_min, tau_base * (1 + lam * u_tilde))))
     return taus, u_bar
 

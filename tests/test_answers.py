@@ -69,7 +69,9 @@ def test_vote_entropy_matches_reference_on_random_groups():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(["1", "2", "x", "#### 2", "7.5"]), min_size=1, max_size=8)))
+@given(
+    st.lists(st.lists(st.sampled_from(["1", "2", "x", "#### 2", "7.5"]), min_size=1, max_size=8))
+)
 def test_vote_entropy_is_between_zero_and_log_g(groups):
     h = vote_entropy(groups)
     assert h.shape == (len(groups),)

@@ -13,7 +13,11 @@ def test_presets_load():
         cfg = load_config(name)
         assert isinstance(cfg, TrainConfig)
     qwen = load_config("qwen3-8b-qlora")
-    assert (qwen.model.mode, qwen.model.compute_dtype, qwen.rollout.group_size) == ("qlora", "bfloat16", 8)
+    assert (qwen.model.mode, qwen.model.compute_dtype, qwen.rollout.group_size) == (
+        "qlora",
+        "bfloat16",
+        8,
+    )
     assert load_config("llama3-8b-qlora").rollout.group_size == 4
 
 
@@ -25,7 +29,13 @@ def test_default_is_tiny_cpu():
 def test_overrides_are_typed_and_nested():
     cfg = load_config(
         "tiny-cpu",
-        ["algo.estimator=ebpo", "algo.options={prior: batch}", "rollout.group_size=4", "optim.lr=1e-5", "agpo.enabled=true"],
+        [
+            "algo.estimator=ebpo",
+            "algo.options={prior: batch}",
+            "rollout.group_size=4",
+            "optim.lr=1e-5",
+            "agpo.enabled=true",
+        ],
     )
     assert cfg.algo.estimator == "ebpo" and cfg.algo.options == {"prior": "batch"}
     assert cfg.rollout.group_size == 4 and cfg.optim.lr == 1e-5 and cfg.agpo.enabled is True
@@ -41,7 +51,10 @@ def test_overrides_are_typed_and_nested():
         ("rollout.group_size=two", "rollout.group_size must be an integer"),
         ("loss.loss_agg=sum", "loss.loss_agg must be one of"),
         ("loss.kl_estimator=k2", "loss.kl_estimator must be one of"),
-        ("loss.ratio_temperature=hot", "loss.ratio_temperature must be 'sampling' or a positive number"),
+        (
+            "loss.ratio_temperature=hot",
+            "loss.ratio_temperature must be 'sampling' or a positive number",
+        ),
         ("agpo.probe=half", "agpo.probe must be one of"),
         ("rollout.top_p=1.5", "rollout.top_p must be in"),
         ("optim.lr=-1", "optim.lr must be > 0"),

@@ -73,7 +73,9 @@ def test_welford_batch_equals_sequential_and_chunked(values, cuts):
 
 @settings(max_examples=40, deadline=None)
 @given(
-    chunks=st.lists(st.lists(st.floats(-100, 100), min_size=1, max_size=10), min_size=1, max_size=8),
+    chunks=st.lists(
+        st.lists(st.floats(-100, 100), min_size=1, max_size=10), min_size=1, max_size=8
+    ),
     decay=st.floats(0.05, 1.0),
 )
 def test_welford_decay_matches_weighted_statistics(chunks, decay):
@@ -216,15 +218,7 @@ def test_dispersion_keeps_floating_dtype():
 @pytest.mark.parametrize(
     "kind",
     [
-        pytest.param(
-            "std",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=RuntimeError,
-                reason="BUG: dispersion(int tensor, 'std') calls Tensor.std on integers "
-                "(RuntimeError) while 'mad'/'iqr' promote integers to float32",
-            ),
-        ),
+        "std",
         "mad",
         "iqr",
     ],

@@ -49,7 +49,14 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert [e["step"] for e in evals] == [0, 2]
     for row in rows[1:]:
-        for key in ("reward", "frac_reward_zero_std", "entropy", "grad_norm", "kl", "advantages/std"):
+        for key in (
+            "reward",
+            "frac_reward_zero_std",
+            "entropy",
+            "grad_norm",
+            "kl",
+            "advantages/std",
+        ):
             assert row[key] is not None and math.isfinite(row[key]), key
     if estimator == "ebpo":
         assert 0.0 <= rows[-1]["ebpo/shrinkage_mean"] <= 1.0
@@ -59,7 +66,12 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
 @pytest.mark.parametrize("probe", ["full", "previous", "reuse"])
 def test_agpo_probe_modes(tmp_path, tiny_model_dir, probe):
     cfg = make_config(
-        tmp_path, tiny_model_dir, "algo.estimator=agpo", "agpo.enabled=true", f"agpo.probe={probe}", "steps=3"
+        tmp_path,
+        tiny_model_dir,
+        "algo.estimator=agpo",
+        "agpo.enabled=true",
+        f"agpo.probe={probe}",
+        "steps=3",
     )
     Trainer(cfg).train()
     rows = read_metrics(tmp_path)[1:]
@@ -80,9 +92,13 @@ def test_ratio_temperature_option_changes_old_logprobs(tmp_path, tiny_model_dir)
     trainer = Trainer(cfg)
     groups, _ = trainer.draw_groups()
     groups.rollouts.temperatures[:] = 0.5
-    assert torch.equal(trainer.ratio_temperatures(groups.rollouts), torch.ones(len(groups.rollouts)))
+    assert torch.equal(
+        trainer.ratio_temperatures(groups.rollouts), torch.ones(len(groups.rollouts))
+    )
     trainer.cfg.loss.ratio_temperature = "sampling"
-    assert torch.equal(trainer.ratio_temperatures(groups.rollouts), torch.full((len(groups.rollouts),), 0.5))
+    assert torch.equal(
+        trainer.ratio_temperatures(groups.rollouts), torch.full((len(groups.rollouts),), 0.5)
+    )
 
 
 def test_seeded_run_is_deterministic(tmp_path, tiny_model_dir):
@@ -108,7 +124,9 @@ class CrashAfter(Trainer):
         return super().step()
 
 
-@pytest.mark.parametrize("overrides", [("algo.estimator=ebpo",), ("algo.estimator=agpo", "agpo.enabled=true")])
+@pytest.mark.parametrize(
+    "overrides", [("algo.estimator=ebpo",), ("algo.estimator=agpo", "agpo.enabled=true")]
+)
 def test_resume_continues_the_identical_run(tmp_path, tiny_model_dir, overrides):
     common = ("steps=5", "checkpoint_every=2", "rollout.order=topic", *overrides)
     straight = make_config(tmp_path / "straight", tiny_model_dir, *common)
@@ -181,7 +199,9 @@ class PatternScorer:
 
 
 def test_dynamic_sampling_keeps_only_informative_groups(tmp_path, tiny_model_dir):
-    cfg = make_config(tmp_path, tiny_model_dir, "rollout.dynamic_sampling=true", "rollout.max_gen_batches=3")
+    cfg = make_config(
+        tmp_path, tiny_model_dir, "rollout.dynamic_sampling=true", "rollout.max_gen_batches=3"
+    )
     trainer = Trainer(cfg)
     trainer.scorer = PatternScorer()
     groups, info = trainer.draw_groups()
@@ -198,3 +218,46 @@ def test_config_snapshot_written(tmp_path, tiny_model_dir):
     text = (tmp_path / "config.yaml").read_text()
     assert "estimator: grpo" in text
     assert json.loads(json.dumps(read_metrics(tmp_path)[-1]))["step"] == 1
+
+
+def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_model_dir):
+    """QLoRA through the same trainer: KL to the reference is 0 before the first update (LoRA's B
+    starts at 0) and > 0 after it, so the reference is the base with the adapter disabled."""
+    cfg = make_config(
+        tmp_path,
+        tiny_model_dir,
+        "model.mode=qlora",
+        "model.lora_r=4",
+        "optim.lr=0.05",
+        "loss.kl_coef=0.1",
+        "steps=2",
+    )
+    trainer = Trainer(cfg)
+    trainer.scorer = PatternScorer()
+    base = {k: v.clone() for k, v in trainer.policy.model.state_dict().items() if "lora_" not in k}
+    first, second = trainer.step(), trainer.step()
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert second["kl"] > 1e-6
+    after = {k: v for k, v in trainer.policy.model.state_dict().items() if "lora_" not in k}
+    assert all(torch.equal(base[k], after[k]) for k in base)
+
+
+def test_concat_rollouts_keeps_logprobs_of_every_row(tiny_model, tiny_tokenizer):
+    """Batches of different prompt and completion widths stack without changing any row."""
+    from rlkit.rollout import concat_rollouts, generate_rollouts, sequence_logprobs
+
+    short = generate_rollouts(
+        tiny_model, tiny_tokenizer, ["1+2="] * 2, torch.ones(2), 3, generator_seed=0
+    )
+    long = generate_rollouts(
+        tiny_model, tiny_tokenizer, ["12+34*5="] * 3, torch.full((3,), 2.0), 6, generator_seed=1
+    )
+    merged = concat_rollouts([short, long], tiny_tokenizer.pad_token_id)
+    assert merged.prompt_length == long.prompt_length and len(merged) == 5
+    assert merged.completion_texts == short.completion_texts + long.completion_texts
+    with torch.no_grad():
+        parts = [sequence_logprobs(tiny_model, b, b.temperatures)[0] for b in (short, long)]
+        both = sequence_logprobs(tiny_model, merged, merged.temperatures)[0]
+    assert torch.allclose(both[:2, : parts[0].shape[1]], parts[0], atol=1e-5)
+    assert torch.allclose(both[2:, : parts[1].shape[1]], parts[1], atol=1e-5)
+    assert merged.completion_mask.sum() == short.completion_mask.sum() + long.completion_mask.sum()

@@ -214,7 +214,9 @@ def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     )
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer of {spec.name_or_path!r} has neither a pad nor an EOS token")
+            raise ValueError(
+                f"tokenizer of {spec.name_or_path!r} has neither a pad nor an EOS token"
+            )
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
@@ -231,14 +233,15 @@ def _quantization_config(spec: ModelSpec) -> BitsAndBytesConfig:
 
 
 def _load_base_model(spec: ModelSpec) -> PreTrainedModel:
-    kwargs = {"dtype": spec.dtype, "trust_remote_code": spec.trust_remote_code}
-    if spec.mode == "qlora":
-        kwargs["quantization_config"] = _quantization_config(spec)
-        kwargs["device_map"] = {"": str(spec.torch_device)}
-    model = AutoModelForCausalLM.from_pretrained(spec.name_or_path, **kwargs)
-    if spec.mode != "qlora":
-        model.to(spec.torch_device)
-    return model
+    """The pretrained weights in the compute dtype (4-bit for QLoRA), loaded onto the device."""
+    quantization = _quantization_config(spec) if spec.mode == "qlora" else None
+    return AutoModelForCausalLM.from_pretrained(
+        spec.name_or_path,
+        dtype=spec.dtype,
+        quantization_config=quantization,
+        device_map={"": str(spec.torch_device)},
+        trust_remote_code=spec.trust_remote_code,
+    )
 
 
 def _lora_config(spec: ModelSpec) -> LoraConfig:
@@ -252,7 +255,13 @@ def _lora_config(spec: ModelSpec) -> LoraConfig:
     )
 
 
-GRADIENT_CHECKPOINTING_KWARGS = {"use_reentrant": False}
+def _enable_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute activations in backward (non-reentrant: no input-grad hooks needed under LoRA)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def load_policy(spec: ModelSpec) -> Policy:
@@ -264,17 +273,11 @@ def load_policy(spec: ModelSpec) -> Policy:
     reference_model = None
     if spec.mode == "full":
         reference_model = copy.deepcopy(model).eval().requires_grad_(False)
-        if spec.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=GRADIENT_CHECKPOINTING_KWARGS)
-    else:
-        if spec.mode == "qlora":
-            model = prepare_model_for_kbit_training(
-                model,
-                use_gradient_checkpointing=spec.gradient_checkpointing,
-                gradient_checkpointing_kwargs=GRADIENT_CHECKPOINTING_KWARGS,
-            )
-        elif spec.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=GRADIENT_CHECKPOINTING_KWARGS)
+    elif spec.mode == "qlora":
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if spec.gradient_checkpointing:
+        _enable_checkpointing(model)
+    if spec.mode != "full":
         model = get_peft_model(model, _lora_config(spec))
     model.train()
     return Policy(model, tokenizer, spec, reference_model)

@@ -53,12 +53,12 @@ class TinyModelConfig:
     task's order) during SFT; together with `sft_steps` it sets the warm start's skill mix.
     """
 
-    hidden_size: int = 128
-    num_layers: int = 4
+    hidden_size: int = 64
+    num_layers: int = 3
     num_heads: int = 4
-    intermediate_size: int = 512
+    intermediate_size: int = 256
     max_positions: int = 64
-    sft_steps: int = 1200
+    sft_steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
@@ -205,7 +205,9 @@ def supervised_warm_start(
     for problem in task.problems("train"):
         by_difficulty[problem.difficulty].append(problem)
     rng = random.Random(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: _lr_factor(step, config.warmup_steps, config.sft_steps)
     )

@@ -1,12 +1,18 @@
 """Built-in synthetic verifiable task: multi-operand integer arithmetic.
 
-Each problem is a plain-text expression such as ``17+5*3=`` whose reference answer is the integer
-value (``32``), written for a character-level tokenizer. Problems carry two cluster labels
+Each problem is a plain-text expression such as ``7+5*3=`` whose reference answer is the integer
+value (``22``), written for a character-level tokenizer. Problems carry two cluster labels
 (spec §2, "Clustered sampling"):
 
 - topic = operation type: ``add`` (only ``+``), ``sub`` (only ``-``), ``mul`` (only ``*``) or
   ``mix`` (random ``+ - *``, usual precedence);
-- difficulty = the operand shape in `DIFFICULTY_SHAPES` (number of operands, digits per operand).
+- difficulty = the operand shape in `DIFFICULTY_SHAPES`, the number of digits of each operand:
+  difficulty d has d + 1 one-digit operands (``3+5`` is difficulty 1, ``3-5-2-8-1`` difficulty 4).
+
+One-digit operands keep the task learnable by a tiny model in a short warm-up: held-out problems
+share their single-digit facts with training problems, so accuracy on them measures a skill, not
+memorisation. The four difficulties are not strictly ordered by how hard the model finds them
+(``mul`` and ``mix`` are much harder than ``add``); curricula should rank by measured pass rate.
 
 The right-hand factor of every ``*`` has one digit (2-9), so products stay a few digits long.
 
@@ -26,8 +32,8 @@ from rlkit.tasks.base import Problem
 
 OPERATORS = {"add": "+", "sub": "-", "mul": "*"}
 TOPICS = ("add", "sub", "mul", "mix")
-# difficulty -> (number of operands, digits per operand)
-DIFFICULTY_SHAPES = {1: (2, 1), 2: (2, 2), 3: (3, 2), 4: (4, 2)}
+# difficulty -> digits of each operand (the rest of the module handles any shape)
+DIFFICULTY_SHAPES = {1: (1, 1), 2: (1, 1, 1), 3: (1, 1, 1, 1), 4: (1, 1, 1, 1, 1)}
 SPLITS = ("train", "eval")
 ALPHABET = "0123456789+-*="
 MAX_FRUITLESS_DRAWS = 2000  # a cell is exhausted after this many draws without a new problem
@@ -46,13 +52,13 @@ class ArithmeticTask:
             all it can find, so a split may be slightly smaller than requested.
         eval_fraction: share of all expressions reserved for the eval split.
         worked_solution: if True the SFT completion shows the intermediate reductions
-            (``17+5*3=`` -> ``17+15=32``); the answer is always the last number.
+            (``7+5*3=`` -> ``7+15=22``); the answer is always the last number.
     """
 
     seed: int = 0
     topics: tuple[str, ...] = TOPICS
     difficulties: tuple[int, ...] = (1, 2, 3, 4)
-    train_size: int = 20000
+    train_size: int = 8000
     eval_size: int = 256
     eval_fraction: float = 0.2
     worked_solution: bool = False
@@ -81,15 +87,16 @@ class ArithmeticTask:
         return ALPHABET
 
     def problems(self, split: str) -> list[Problem]:
-        """The split's problems, ordered cell by cell (topic-major, then difficulty)."""
+        """The split's distinct problems, ordered cell by cell (topic-major, then difficulty)."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         size = self.train_size if split == "train" else self.eval_size
         cells = [(t, d) for t in self.topics for d in self.difficulties]
-        problems = []
+        problems: list[Problem] = []
+        seen: set[str] = set()  # shared by the cells: a "mix" draw may repeat an "add" one
         for index, (topic, difficulty) in enumerate(cells):
             count = size // len(cells) + (index < size % len(cells))
-            problems += self._cell_problems(split, topic, difficulty, count)
+            problems += self._cell_problems(split, topic, difficulty, count, seen)
         return problems
 
     def sft_example(self, problem: Problem) -> tuple[str, str]:
@@ -99,13 +106,12 @@ class ArithmeticTask:
         steps = reduction_steps(problem.prompt.removesuffix("="))
         return problem.prompt, "=".join(steps[1:])
 
-    def _cell_problems(self, split: str, topic: str, difficulty: int, count: int):
+    def _cell_problems(self, split, topic, difficulty, count, seen: set[str]) -> list[Problem]:
         rng = random.Random(f"{self.seed}/{split}/{topic}/{difficulty}")
-        seen: set[str] = set()
         problems = []
         fruitless = 0
         while len(problems) < count and fruitless < MAX_FRUITLESS_DRAWS:
-            expression = _sample_expression(rng, topic, *DIFFICULTY_SHAPES[difficulty])
+            expression = _sample_expression(rng, topic, DIFFICULTY_SHAPES[difficulty])
             if expression in seen or self._split_of(expression) != split:
                 fruitless += 1
                 continue
@@ -128,14 +134,15 @@ class ArithmeticTask:
         return "eval" if bucket < self.eval_fraction else "train"
 
 
-def _sample_expression(rng: random.Random, topic: str, operands: int, digits: int) -> str:
-    operators = [
-        rng.choice("+-*") if topic == "mix" else OPERATORS[topic] for _ in range(operands - 1)
-    ]
-    low = 0 if digits == 1 else 10 ** (digits - 1)
-    text = str(rng.randint(low, 10**digits - 1))
-    for operator in operators:
-        operand = rng.randint(2, 9) if operator == "*" else rng.randint(low, 10**digits - 1)
+def _sample_number(rng: random.Random, digits: int) -> int:
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def _sample_expression(rng: random.Random, topic: str, shape: tuple[int, ...]) -> str:
+    text = str(_sample_number(rng, shape[0]))
+    for digits in shape[1:]:
+        operator = rng.choice("+-*") if topic == "mix" else OPERATORS[topic]
+        operand = rng.randint(2, 9) if operator == "*" else _sample_number(rng, digits)
         text += f"{operator}{operand}"
     return text
 

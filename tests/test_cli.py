@@ -1,0 +1,47 @@
+"""The command line: presets, clear config errors, plotting a run, evaluation of a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+from rlkit.cli import main
+
+
+def test_presets_listed(capsys):
+    assert main(["presets"]) == 0
+    assert "tiny-cpu" in capsys.readouterr().out.split()
+
+
+def test_bad_override_fails_before_any_work(capsys, tmp_path):
+    code = main(["train", f"output_dir={tmp_path / 'run'}", "rollout.grup_size=4"])
+    assert code == 2
+    assert "unknown config key rollout.grup_size" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_eval_and_plot_a_run(capsys, tmp_path, tiny_model_dir):
+    run = tmp_path / "run"
+    common = [
+        f"model.name_or_path={tiny_model_dir}",
+        f"output_dir={run}",
+        "rollout.num_prompts=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=3",
+        "task.num_train=16",
+        "task.num_eval=4",
+        "eval.num_problems=4",
+        "eval.k=2",
+        "tensorboard=true",
+        "progress=false",
+    ]
+    assert main(["train", "steps=2", *common]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[-2])["step"] == 2
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+
+    assert main(["eval", "--checkpoint", str(run), *common]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["step"] == 2 and 0.0 <= row["eval/greedy_accuracy"] <= 1.0
+
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 10_000

@@ -1,0 +1,238 @@
+"""Unit tests of simulations/: closed forms against Monte Carlo, determinism, shapes, gradients."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlkit.advantages import get_estimator
+from rlkit.losses import entropy_from_logits
+from simulations import closed_forms as cf
+from simulations import experiments as ex
+from simulations.bandit import SoftmaxBandit
+from simulations.population import (
+    BetaPopulation,
+    ClusteredPopulation,
+    GaussianPopulation,
+    bernoulli_rewards,
+)
+from simulations.stats import binomial_z, mean_ci, paired_difference, within_standard_errors
+
+torch.set_num_threads(1)
+
+
+def test_beta_population_moments_match_samples():
+    pop = BetaPopulation(2.0, 5.0)
+    theta = pop.sample(200_000, np.random.default_rng(0))
+    assert theta.dtype == torch.float64 and theta.shape == (200_000,)
+    assert abs(theta.mean().item() - pop.mean) < 4 * math.sqrt(pop.tau2 / 200_000)
+    assert theta.var().item() == pytest.approx(pop.tau2, rel=0.02)
+    assert (theta * (1 - theta)).mean().item() == pytest.approx(pop.sigma2, rel=0.01)
+
+
+def test_populations_are_deterministic_under_a_seed():
+    pop = ClusteredPopulation((0.2, 0.8), 5.0)
+    a = pop.sample(100, np.random.default_rng(3))
+    b = pop.sample(100, np.random.default_rng(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], pop.sample(100, np.random.default_rng(4))[0])
+
+
+def test_invalid_population_parameters_raise():
+    with pytest.raises(ValueError, match="a must be positive"):
+        BetaPopulation(0.0, 1.0)
+    with pytest.raises(ValueError, match="cluster means"):
+        ClusteredPopulation((0.0, 0.5), 2.0)
+    with pytest.raises(ValueError, match="group_size"):
+        bernoulli_rewards(torch.tensor([0.5]), 0, np.random.default_rng(0))
+
+
+def test_bernoulli_group_mean_variance_is_theta_one_minus_theta_over_g():
+    theta = torch.full((100_000,), 0.3, dtype=torch.float64)
+    rewards = bernoulli_rewards(theta, 4, np.random.default_rng(1))
+    assert rewards.shape == (100_000, 4)
+    var = rewards.mean(1).var().item()
+    assert var == pytest.approx(cf.group_mean_mse(0.3 * 0.7, 4), rel=0.02)
+
+
+def test_bayes_risk_is_the_minimum_of_the_linear_risk():
+    s_star = cf.shrinkage_factor(0.2, 0.05, 4)
+    grid = np.linspace(0, 1, 1001)
+    risks = cf.linear_baseline_mse(grid, 0.2, 0.05, 4)
+    assert grid[np.argmin(risks)] == pytest.approx(s_star, abs=1e-3)
+    assert risks.min() == pytest.approx(cf.bayes_risk(0.2, 0.05, 4), rel=1e-6)
+    assert cf.bayes_risk(0.2, 0.05, 4) < cf.group_mean_mse(0.2, 4)
+
+
+@pytest.mark.parametrize(
+    "population", [BetaPopulation(2.0, 3.0), GaussianPopulation(0.5, 0.04, 0.25)]
+)
+def test_shrinkage_mse_matches_closed_forms(population):
+    r = ex.shrinkage_mse(population, 4, 512, 20, seed=0)
+    assert within_standard_errors(r["group_mean"], r["closed_group_mean"])
+    assert within_standard_errors(r["oracle"], r["closed_bayes"])
+    assert within_standard_errors(r["ebpo"], r["closed_plugin_raw"])
+    assert r["oracle"].mean < r["ebpo"].mean < r["group_mean"].mean
+
+
+def test_beta_all_zero_probability_matches_monte_carlo():
+    closed = cf.beta_prob_all_zero(1.0, 3.0, 4)
+    assert closed == pytest.approx(math.gamma(7) * math.gamma(4) / (math.gamma(3) * math.gamma(8)))
+    sim = ex.beta_all_zero_rate(BetaPopulation(1.0, 3.0), 4, 50_000, seed=0)
+    assert abs(binomial_z(sim, closed, 50_000)) < 4
+
+
+def test_null_group_rates_grpo_vs_ebpo():
+    r = ex.null_group_rates([0.1, 0.5], 4, 5000, seed=0)
+    z = binomial_z(r["grpo_null"], r["closed_constant"], 5000)
+    assert np.all(np.abs(z) < 4)
+    assert np.all(r["ebpo_null"] == 0)
+
+
+def test_variance_decomposition_sums_and_matches_samples():
+    pop = ClusteredPopulation((0.2, 0.5, 0.8), 4.0)
+    parts = cf.variance_decomposition(pop)
+    assert parts["total"] == pytest.approx(parts["within"] + parts["between"])
+    theta, _ = pop.sample(200_000, np.random.default_rng(0))
+    assert theta.var().item() == pytest.approx(parts["total"], rel=0.02)
+
+
+def test_batch_prior_error_matches_monte_carlo():
+    pop = BetaPopulation(2.0, 2.0)
+    rng = np.random.default_rng(0)
+    theta = pop.sample(32 * 4000, rng).reshape(4000, 32)
+    rewards = bernoulli_rewards(theta, 4, rng)
+    prior = rewards.mean(2).mean(1, keepdim=True)
+    err = ((theta - prior) ** 2).mean(1).numpy()
+    assert within_standard_errors(mean_ci(err), cf.batch_prior_error(pop.tau2, pop.sigma2, 4, 32))
+
+
+def test_bandit_from_success_rates_and_sampling():
+    theta = torch.tensor([0.1, 0.5, 0.9])
+    bandit = SoftmaxBandit.from_success_rates(theta, num_answers=5, num_correct=2)
+    assert torch.allclose(bandit.success_rate(), theta.double())
+    gen = torch.Generator().manual_seed(0)
+    actions, rewards = bandit.sample(6, gen)
+    assert actions.shape == rewards.shape == (3, 6)
+    assert torch.equal(rewards, bandit.correct.gather(1, actions).double())
+    again = bandit.sample(6, torch.Generator().manual_seed(0))
+    assert torch.equal(actions, again[0])
+    with pytest.raises(ValueError, match="num_correct"):
+        SoftmaxBandit.from_success_rates(theta, num_answers=2, num_correct=2)
+
+
+def test_policy_gradient_matches_finite_differences_and_closed_form():
+    gen = torch.Generator().manual_seed(0)
+    bandit = SoftmaxBandit.from_success_rates(torch.tensor([0.3, 0.6]), num_answers=4)
+    bandit.logits += torch.randn(bandit.logits.shape, generator=gen, dtype=torch.float64)
+    actions, rewards = bandit.sample(5, gen)
+    adv = get_estimator("dr_grpo")(rewards).advantages.double() + 0.1  # also a non-centred part
+    grad, _, _ = bandit.policy_gradient(actions, adv)
+    # closed form of the on-policy gradient: −(1/G) Σ_i A_i (e_{a_i} − π)
+    probs = torch.softmax(bandit.logits, -1)
+    onehot = torch.nn.functional.one_hot(actions, 4).double()
+    expected = -(adv.unsqueeze(-1) * (onehot - probs.unsqueeze(1))).mean(1)
+    assert torch.allclose(grad, expected, atol=1e-12)
+    # finite differences of the surrogate −mean_i A_i·π(a_i)/π_old(a_i), summed over prompts
+    old = torch.log_softmax(bandit.logits, -1).gather(1, actions)
+
+    def surrogate(z):
+        return -(adv * torch.exp(torch.log_softmax(z, -1).gather(1, actions) - old)).mean(1).sum()
+
+    h = 1e-6
+    for p in range(2):
+        for k in range(4):
+            bump = torch.zeros_like(bandit.logits)
+            bump[p, k] = h
+            fd = (surrogate(bandit.logits + bump) - surrogate(bandit.logits - bump)) / (2 * h)
+            assert fd.item() == pytest.approx(grad[p, k].item(), abs=1e-7)
+
+
+def test_clipping_stops_the_ratio_past_one_plus_eps():
+    gen = torch.Generator().manual_seed(1)
+    bandit = SoftmaxBandit.from_success_rates(torch.full((8,), 0.5), num_answers=4)
+    actions, rewards = bandit.sample(4, gen)
+    adv = get_estimator("grpo")(rewards).advantages
+    result = bandit.update(actions, adv, lr=5.0, epochs=20, eps_low=0.1, eps_high=0.1)
+    assert result.clip_fraction > 0
+    # once every ratio of a positive-advantage answer passes 1 + ε its gradient is zero
+    loose = SoftmaxBandit.from_success_rates(torch.full((8,), 0.5), num_answers=4)
+    loose_result = loose.update(actions, adv, lr=5.0, epochs=20, eps_low=10.0, eps_high=10.0)
+    assert result.kl.abs().sum() < loose_result.kl.abs().sum()
+
+
+def test_first_order_entropy_prediction_is_the_linearisation():
+    gen = torch.Generator().manual_seed(2)
+    bandit = SoftmaxBandit.from_success_rates(torch.rand(16, generator=gen, dtype=torch.float64), 6)
+    actions, rewards = bandit.sample(4, gen)
+    for name in ("grpo", "ebpo"):
+        adv = get_estimator(name)(rewards).advantages.double()
+        start = bandit.logits.clone()
+        predicted = cf.entropy_decay_prediction(start, actions, adv, lr=1e-4)
+        step = SoftmaxBandit(start, bandit.correct).update(actions, adv, lr=1e-4)
+        linear = cf.first_order_entropy_change(start, step.delta_logits)
+        assert torch.allclose(predicted, linear, atol=1e-12)
+        measured = step.entropy_after - step.entropy_before
+        assert torch.allclose(measured, linear, atol=1e-7, rtol=1e-3)
+
+
+def test_entropy_gradient_matches_autograd():
+    z = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    (auto,) = torch.autograd.grad(entropy_from_logits(z).sum(), z)
+    assert torch.allclose(cf.entropy_gradient(z.detach()), auto, atol=1e-12)
+
+
+def test_train_bandit_is_deterministic_and_learns():
+    config = ex.BanditConfig(num_prompts=16, steps=30)
+    a = ex.train_bandit("EBPO", config, seed=5)
+    b = ex.train_bandit("EBPO", config, seed=5)
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+    assert a["entropy"].shape == (30,)
+    assert a["success"][-1] > a["success"][0]
+
+
+def test_whitening_only_arm_has_unit_batch_std_and_zero_group_sums():
+    rewards = bernoulli_rewards(torch.rand(32, dtype=torch.float64), 4, np.random.default_rng(0))
+    adv = ex.make_estimator("EBPO whitening only")(rewards).advantages
+    assert adv.std().item() == pytest.approx(1.0, abs=1e-4)
+    assert torch.allclose(adv.sum(1), torch.zeros(32, dtype=adv.dtype), atol=1e-9)
+    with pytest.raises(ValueError, match="unknown method"):
+        ex.make_estimator("PPO")
+
+
+def test_stream_orders():
+    pop = ClusteredPopulation((0.2, 0.8), 5.0)
+    rng = np.random.default_rng(0)
+    theta, cluster = ex.clustered_pool(pop, 64, rng)
+    topic = ex.stream_order(theta, cluster, "topic", rng)
+    assert sorted(topic.tolist()) == list(range(128))
+    assert (cluster[topic].diff() != 0).sum() == 1  # one topic after the other
+    hard_last = ex.stream_order(theta, cluster, "difficulty", rng)
+    assert theta[hard_last[:32]].mean() > theta[hard_last[-32:]].mean()
+    with pytest.raises(ValueError, match="stream order"):
+        ex.stream_order(theta, cluster, "random", rng)
+
+
+def test_shift_bandit_respects_bounds_and_is_paired():
+    config = ex.ShiftConfig(
+        num_prompts=8,
+        steps=12,
+        population=ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6),
+    )
+    adaptive = ex.train_shift_bandit(config, seed=0, adaptive_clip=True, adaptive_temperature=True)
+    fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    assert (adaptive["eps_min"] >= 0.05 - 1e-6).all() and (adaptive["eps_max"] <= 0.4 + 1e-6).all()
+    assert (adaptive["tau_min"] >= 0.5 - 1e-6).all() and (adaptive["tau_max"] <= 1.5 + 1e-6).all()
+    assert adaptive["success"][0] == fixed["success"][0]  # same pool, same start
+    assert np.allclose(fixed["eps_mean"], 0.2)
+
+
+def test_interval_helpers():
+    ci = mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert ci.mean == 2.5 and ci.low < 2.5 < ci.high
+    diff = paired_difference([1.0, 2.0, 3.0], [0.0, 1.0, 2.1])
+    assert diff.mean == pytest.approx(0.9667, abs=1e-4)
+    with pytest.raises(ValueError, match="at least 2"):
+        mean_ci([1.0])
