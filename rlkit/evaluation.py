@@ -12,23 +12,34 @@ from collections.abc import Sequence
 import torch
 
 from rlkit.answers import extract_answer
-from rlkit.rewards import RewardScorer
 from rlkit.rollout import generate_rollouts
 from rlkit.tasks.base import Problem
 
 EVAL_SEED = 1234
 
 
-def _generate_and_score(policy, problems, scorer, k, temperature, max_new_tokens, batch_size, seed):
-    """Rewards [P, k] and completion texts of k samples per problem (greedy if temperature 0)."""
+def generate_and_score(
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    scorer,
+    k: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = 8,
+    batch_size: int = 512,
+    seed: int = EVAL_SEED,
+) -> tuple[torch.Tensor, list[str]]:
+    """Rewards [P, k] and the P·k completion texts of k samples per problem at ``temperature``
+    (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`)."""
+    problems = list(problems)
     rewards, texts = [], []
     per_batch = max(1, batch_size // k)
     for start in range(0, len(problems), per_batch):
         chunk = problems[start : start + per_batch]
         prompts = [p.prompt for p in chunk for _ in range(k)]
         rollouts = generate_rollouts(
-            policy.model,
-            policy.tokenizer,
+            model,
+            tokenizer,
             prompts,
             torch.full((len(prompts),), float(temperature)),
             max_new_tokens,
@@ -43,19 +54,10 @@ def _generate_and_score(policy, problems, scorer, k, temperature, max_new_tokens
 
 
 def sampled_pass_rates(
-    policy,
-    problems: Sequence[Problem],
-    scorer: RewardScorer,
-    k: int,
-    temperature: float,
-    max_new_tokens: int,
-    batch_size: int = 512,
-    seed: int = EVAL_SEED,
+    model, tokenizer, problems, scorer, k=8, temperature=1.0, **kwargs
 ) -> torch.Tensor:
-    """Per-problem fraction of k samples at ``temperature`` that score a reward > 0.5."""
-    rewards, _ = _generate_and_score(
-        policy, list(problems), scorer, k, temperature, max_new_tokens, batch_size, seed
-    )
+    """Per-problem fraction of k samples at ``temperature`` that score a reward > 0.5, [P]."""
+    rewards, _ = generate_and_score(model, tokenizer, problems, scorer, k, temperature, **kwargs)
     return (rewards > 0.5).float().mean(dim=1)
 
 
@@ -70,19 +72,17 @@ def majority_correct(texts: Sequence[str], problems: Sequence[Problem], k: int) 
 
 
 def evaluate(
-    policy, problems: Sequence[Problem], scorer: RewardScorer, eval_cfg, max_new_tokens: int
+    model, tokenizer, problems, scorer, k: int, temperature: float, max_new_tokens: int
 ) -> dict:
-    """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at eval temperature) and
+    """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at ``temperature``) and
     ``eval/maj@k`` on ``problems``."""
     problems = list(problems)
-    greedy, _ = _generate_and_score(
-        policy, problems, scorer, 1, 0.0, max_new_tokens, 512, EVAL_SEED
-    )
-    sampled, texts = _generate_and_score(
-        policy, problems, scorer, eval_cfg.k, eval_cfg.temperature, max_new_tokens, 512, EVAL_SEED
+    greedy, _ = generate_and_score(model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens)
+    sampled, texts = generate_and_score(
+        model, tokenizer, problems, scorer, k, temperature, max_new_tokens
     )
     return {
         "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),
         "eval/pass@1": float((sampled > 0.5).float().mean()),
-        f"eval/maj@{eval_cfg.k}": float(majority_correct(texts, problems, eval_cfg.k).mean()),
+        f"eval/maj@{k}": float(majority_correct(texts, problems, k).mean()),
     }

@@ -55,7 +55,7 @@ def math_verify_reward(completion: str, answer: str) -> float:
     Parser and verifier errors (including math_verify's own timeouts) propagate, so the scorer
     counts them instead of reading them as a wrong answer.
     """
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # imports sympy: only on first use
 
     has_delimiters = "$" in answer or "\\boxed" in answer or "\\(" in answer
     gold = parse(answer if has_delimiters else f"${answer}$", raise_on_error=True)

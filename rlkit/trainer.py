@@ -232,12 +232,12 @@ class Trainer:
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
         return sampled_pass_rates(
-            self.policy,
+            self.policy.model,
+            self.policy.tokenizer,
             self.train_problems,
             self.scorer,
-            self.cfg.eval.k,
-            1.0,
-            self.cfg.rollout.max_new_tokens,
+            k=self.cfg.eval.k,
+            max_new_tokens=self.cfg.rollout.max_new_tokens,
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -547,11 +547,14 @@ class Trainer:
     # ------------------------------------------------------------ eval, saving
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
+        ev = self.cfg.eval
         return evaluate(
-            self.policy,
+            self.policy.model,
+            self.policy.tokenizer,
             self.eval_problems,
             self.scorer,
-            self.cfg.eval,
+            ev.k,
+            ev.temperature,
             self.cfg.rollout.max_new_tokens,
         )
 

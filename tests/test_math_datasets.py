@@ -10,7 +10,7 @@ from rlkit.tasks.math_datasets import (
     TEMPLATES,
     clean_answer,
     clean_dapo_question,
-    load_math_dataset,
+    load_math_problems,
     resolve_spec,
 )
 
@@ -24,7 +24,7 @@ def write_jsonl(path, rows):
 
 
 def test_local_jsonl_gsm8k_style():
-    problems = load_math_dataset(DATA / "gsm8k_sample.jsonl")
+    problems = load_math_problems(DATA / "gsm8k_sample.jsonl")
     assert [p.answer for p in problems] == GSM8K_ANSWERS
     first = problems[0]
     assert first.id == "gsm8k_sample/0"
@@ -33,8 +33,8 @@ def test_local_jsonl_gsm8k_style():
 
 
 def test_parquet_matches_jsonl_and_plain_template():
-    from_parquet = load_math_dataset(DATA / "gsm8k_sample.parquet", template="plain")
-    from_jsonl = load_math_dataset(DATA / "gsm8k_sample.jsonl", template="plain")
+    from_parquet = load_math_problems(DATA / "gsm8k_sample.parquet", template="plain")
+    from_jsonl = load_math_problems(DATA / "gsm8k_sample.jsonl", template="plain")
     assert [(p.prompt, p.answer) for p in from_parquet] == [
         (p.prompt, p.answer) for p in from_jsonl
     ]
@@ -45,7 +45,7 @@ def test_parquet_matches_jsonl_and_plain_template():
 
 
 def test_limit():
-    problems = load_math_dataset(DATA / "gsm8k_sample.jsonl", limit=2)
+    problems = load_math_problems(DATA / "gsm8k_sample.jsonl", limit=2)
     assert [p.answer for p in problems] == GSM8K_ANSWERS[:2]
 
 
@@ -56,19 +56,19 @@ def test_field_detection_and_overrides(tmp_path):
         {"problem": "What is 3*3?", "solution": "9", "prompt": "ignored"},
     ]
     path = write_jsonl(tmp_path / "mine.jsonl", rows)
-    problems = load_math_dataset(path, template="qa")
+    problems = load_math_problems(path, template="qa")
     assert [(p.prompt, p.answer) for p in problems] == [
         ("Question: What is 2+2?\nAnswer:", "4"),
         ("Question: What is 3*3?\nAnswer:", "9"),
     ]
-    overridden = load_math_dataset(path, template="plain", question_field="prompt")
+    overridden = load_math_problems(path, template="plain", question_field="prompt")
     assert [p.prompt for p in overridden] == ["ignored"]
 
 
 def test_nested_fields(tmp_path):
     rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": 2}}]
     path = write_jsonl(tmp_path / "nested.jsonl", rows)
-    problems = load_math_dataset(
+    problems = load_math_problems(
         path,
         template="plain",
         question_field="prompt.0.content",
@@ -80,16 +80,16 @@ def test_nested_fields(tmp_path):
 def test_missing_fields_name_the_columns(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"text": "x", "label": "y"}])
     with pytest.raises(ValueError, match="question.*label"):
-        load_math_dataset(path)
+        load_math_problems(path)
 
 
 def test_unknown_names_list_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match="gsm8k.*math500"):
-        load_math_dataset("not-a-dataset")
+        load_math_problems("not-a-dataset")
     with pytest.raises(ValueError, match="boxed"):
-        load_math_dataset(DATA / "gsm8k_sample.jsonl", template="fancy")
+        load_math_problems(DATA / "gsm8k_sample.jsonl", template="fancy")
     with pytest.raises(FileNotFoundError):
-        load_math_dataset(tmp_path / "missing.jsonl")
+        load_math_problems(tmp_path / "missing.jsonl")
 
 
 def test_hub_names_resolve_without_downloading():

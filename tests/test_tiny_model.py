@@ -7,17 +7,17 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import rlkit.models.tiny as tiny
+from rlkit.evaluation import generate_and_score, sampled_pass_rates
 from rlkit.models.tiny import (
     BUILD_INFO,
     IGNORE_INDEX,
     TinyModelConfig,
     build_key,
     build_tiny_policy,
-    evaluate_pass_rates,
     sft_batch,
 )
 from rlkit.models.tokenizer import build_char_tokenizer
-from rlkit.rewards import exact_match_reward
+from rlkit.rewards import RewardScorer, exact_match_reward
 from rlkit.tasks import ArithmeticTask
 
 TASK = ArithmeticTask(train_size=400, eval_size=16)
@@ -131,11 +131,12 @@ def test_config_validation():
         build_tiny_policy(TASK, TinyModelConfig(sft_difficulty_weights=(1.0,)), progress=False)
 
 
-def test_evaluate_pass_rates_matches_manual_greedy_decoding(built):
+def test_greedy_evaluation_matches_manual_greedy_decoding(built):
     problems = TASK.problems("eval")[:6]
     model = AutoModelForCausalLM.from_pretrained(built)
     tokenizer = AutoTokenizer.from_pretrained(built)
-    greedy = evaluate_pass_rates(built, None, problems, temperature=0, max_new_tokens=6)
+    scorer = RewardScorer(exact_match_reward)
+    greedy, _ = generate_and_score(model, tokenizer, problems, scorer, max_new_tokens=6)
     expected = []
     for problem in problems:
         ids = tokenizer(problem.prompt, return_tensors="pt")["input_ids"]
@@ -146,16 +147,23 @@ def test_evaluate_pass_rates_matches_manual_greedy_decoding(built):
             ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
         completion = tokenizer.decode(ids[0], skip_special_tokens=True)[len(problem.prompt) :]
         expected.append(exact_match_reward(completion, problem.answer))
-    assert greedy.tolist() == expected
+    assert greedy.flatten().tolist() == expected
 
 
-def test_sampled_pass_rates_are_seeded_fractions(built, monkeypatch):
+def completion_length_parity(completion: str, answer: str) -> float:
+    return float(len(completion) % 2)
+
+
+def test_sampled_pass_rates_are_seeded_fractions(built):
     # score by completion length, so that even this weak model gets varied, non-zero rates
-    monkeypatch.setattr(tiny, "exact_match_reward", lambda completion, _: len(completion) % 2)
+    model = AutoModelForCausalLM.from_pretrained(built)
+    tokenizer = AutoTokenizer.from_pretrained(built)
+    scorer = RewardScorer(completion_length_parity)
     problems = TASK.problems("eval")
-    rates = evaluate_pass_rates(built, None, problems, k=4, max_new_tokens=6, batch_size=20)
+    options = {"k": 4, "max_new_tokens": 6}
+    rates = sampled_pass_rates(model, tokenizer, problems, scorer, batch_size=20, **options)
     assert rates.shape == (len(problems),)
     assert torch.equal(rates * 4, (rates * 4).round()) and 0 < rates.mean() < 1
-    same = evaluate_pass_rates(built, None, problems, k=4, max_new_tokens=6, batch_size=20)
-    other = evaluate_pass_rates(built, None, problems, k=4, max_new_tokens=6, seed=1)
+    same = sampled_pass_rates(model, tokenizer, problems, scorer, batch_size=20, **options)
+    other = sampled_pass_rates(model, tokenizer, problems, scorer, seed=1, **options)
     assert torch.equal(rates, same) and not torch.equal(rates, other)

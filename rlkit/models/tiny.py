@@ -28,17 +28,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerBase,
 )
 
 from rlkit.models.tokenizer import build_char_tokenizer
-from rlkit.rewards import exact_match_reward
 from rlkit.tasks.arithmetic import ArithmeticTask
-from rlkit.tasks.base import Problem
 
 BUILD_FORMAT = 1  # bump when the build procedure changes, to invalidate old caches
 BUILD_INFO = "build_info.json"  # written last: its presence marks a finished build
@@ -57,7 +53,7 @@ class TinyModelConfig:
     num_layers: int = 3
     num_heads: int = 4
     intermediate_size: int = 256
-    max_positions: int = 64
+    max_positions: int = 128
     sft_steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
@@ -142,7 +138,7 @@ def build_tiny_policy(
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1))
         if (target / BUILD_INFO).exists():  # a concurrent build finished first
             return target
-        shutil.rmtree(target, ignore_errors=True)  # leftovers of a crashed rename
+        shutil.rmtree(target, ignore_errors=True)  # a directory without BUILD_INFO is unfinished
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -236,51 +232,3 @@ def _lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
         return (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-@torch.no_grad()
-def evaluate_pass_rates(
-    model: str | Path | LlamaForCausalLM,
-    tokenizer: PreTrainedTokenizerBase | None,
-    problems: list[Problem],
-    k: int = 8,
-    temperature: float = 1.0,
-    max_new_tokens: int = 16,
-    batch_size: int = 512,
-    seed: int = 0,
-) -> torch.Tensor:
-    """Per-problem pass rate over `k` samples at `temperature` (exact-match reward), [P].
-
-    ``temperature=0`` decodes greedily (one sample per prompt). `model` may be a directory, in
-    which case `tokenizer` may be None and is loaded from it. Sampling is seeded with `seed`
-    without disturbing the global RNG.
-    """
-    if isinstance(model, (str, Path)):
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
-        model = AutoModelForCausalLM.from_pretrained(model)
-    if tokenizer is None:
-        raise ValueError("tokenizer is required when model is not a directory")
-    samples = 1 if temperature == 0 else k
-    model.eval()
-    device = next(model.parameters()).device
-    jobs = [problem for problem in problems for _ in range(samples)]
-    rewards = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for start in range(0, len(jobs), batch_size):
-            chunk = jobs[start : start + batch_size]
-            inputs = tokenizer([p.prompt for p in chunk], return_tensors="pt", padding=True)
-            inputs = inputs.to(device)
-            sampling = {"do_sample": True, "temperature": temperature, "top_k": None, "top_p": None}
-            output = model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                **(sampling if temperature > 0 else {"do_sample": False}),
-            )
-            completions = tokenizer.batch_decode(
-                output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-            )
-            rewards += [exact_match_reward(c, p.answer) for c, p in zip(completions, chunk)]
-    return torch.tensor(rewards, dtype=torch.float32).view(len(problems), samples).mean(dim=1)

@@ -25,10 +25,16 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
 
         task = ArithmeticTask()
         train, evaluation = task.problems("train"), task.problems("eval")
-    else:
-        from rlkit.tasks.math_datasets import load_math_problems
+        return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
 
-        train = load_math_problems(task_cfg.name, split="train", template=task_cfg.template)
-        eval_name = task_cfg.eval_name or task_cfg.name
-        evaluation = load_math_problems(eval_name, split="test", template=task_cfg.template)
-    return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
+    from rlkit.tasks.math_datasets import load_math_problems
+
+    # split=None: each dataset's own split (MATH-500 ships only "test", AIME only "train").
+    train = load_math_problems(task_cfg.name, template=task_cfg.template)
+    if task_cfg.eval_name is not None:
+        evaluation = load_math_problems(task_cfg.eval_name, template=task_cfg.template)
+        return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
+    # no separate eval set: hold out num_eval problems of the training data
+    held_out = _subset(train, task_cfg.num_eval)
+    held_ids = {p.id for p in held_out}
+    return _subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out

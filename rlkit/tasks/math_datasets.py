@@ -1,6 +1,6 @@
 """Math benchmarks and training sets as `Problem` lists, from the hub or local files.
 
-`load_math_dataset(source)` accepts a short name from `DATASETS` (loaded with
+`load_math_problems(source)` accepts a short name from `DATASETS` (loaded with
 `datasets.load_dataset`) or a path to a local ``.jsonl`` / ``.json`` / ``.parquet`` file. Each row
 becomes a `Problem` whose prompt is the question rendered with a template from `TEMPLATES`; the
 answer is cleaned by `clean_answer` (GSM8K keeps only what follows ``####``).
@@ -123,7 +123,7 @@ def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> s
     )
 
 
-def load_math_dataset(
+def load_math_problems(
     source: str | Path,
     split: str | None = None,
     template: str = "boxed",
