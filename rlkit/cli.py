@@ -32,12 +32,15 @@ def _eval(args) -> None:
     from rlkit.config import load_config
     from rlkit.trainer import Trainer
 
-    cfg = load_config(args.config, [*args.overrides, "tensorboard=false"])
+    config = args.config
     if args.checkpoint:
-        cfg.output_dir = args.checkpoint
         if latest_checkpoint(Path(args.checkpoint)) is None:
             raise ValueError(f"no checkpoint in {args.checkpoint}")
-    trainer = Trainer(cfg, resume=bool(args.checkpoint))
+        config = config or str(Path(args.checkpoint) / "config.yaml")
+    overrides = [*args.overrides, "tensorboard=false"]
+    if args.checkpoint:
+        overrides.append(f"output_dir={args.checkpoint}")
+    trainer = Trainer(load_config(config or "tiny-cpu", overrides), resume=bool(args.checkpoint))
     print(json.dumps({"step": trainer.step_count, **trainer.evaluate()}))
 
 
@@ -76,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="evaluate a policy (optionally a run's latest checkpoint)")
-    ev.add_argument("--config", default="tiny-cpu")
+    ev.add_argument(
+        "--config", help="preset or YAML (default: the run's config.yaml, else tiny-cpu)"
+    )
     ev.add_argument("--checkpoint", help="run directory whose latest checkpoint to evaluate")
     ev.add_argument("overrides", nargs="*")
     ev.set_defaults(func=_eval)
