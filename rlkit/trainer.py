@@ -169,6 +169,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
+        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        if resume and checkpoint is None:
+            raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         seed_everything(cfg.seed)
 
@@ -210,9 +213,6 @@ class Trainer:
             "consecutive_skips": 0,
         }
 
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
-        if resume and checkpoint is None:
-            raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
         state = load_trainer_state(checkpoint) if checkpoint else None
         pass_rates = None
         if cfg.rollout.order == "difficulty":

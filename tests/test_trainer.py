@@ -261,3 +261,37 @@ def test_concat_rollouts_keeps_logprobs_of_every_row(tiny_model, tiny_tokenizer)
     assert torch.allclose(both[:2, : parts[0].shape[1]], parts[0], atol=1e-5)
     assert torch.allclose(both[2:, : parts[1].shape[1]], parts[1], atol=1e-5)
     assert merged.completion_mask.sum() == short.completion_mask.sum() + long.completion_mask.sum()
+
+
+class EvenAnswerScorer:
+    """Reward 1 exactly when the reference answer is even, whatever the completion."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def score(self, completions, answers):
+        from rlkit.rewards import RewardBatch
+
+        return RewardBatch(torch.tensor([float(int(a) % 2 == 0) for a in answers]), 0, 0)
+
+    def close(self):
+        pass
+
+
+def test_difficulty_curriculum_starts_with_what_the_starting_policy_solves(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    import rlkit.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "RewardScorer", EvenAnswerScorer)
+    cfg = make_config(tmp_path, tiny_model_dir, "rollout.order=difficulty", "checkpoint_every=1")
+    trainer = Trainer(cfg)
+    solved = (trainer.curriculum_pass_rates == 1).sum()
+    assert 0 < solved < len(trainer.train_problems)
+    first = trainer.sampler.next_batch(int(solved))
+    assert all(int(p.answer) % 2 == 0 for p in first)  # easy (pass rate 1) before hard
+    Trainer(cfg).train()
+    resumed = Trainer(
+        make_config(tmp_path, tiny_model_dir, "rollout.order=difficulty", "steps=3"), resume=True
+    )
+    assert torch.equal(resumed.curriculum_pass_rates, trainer.curriculum_pass_rates)
