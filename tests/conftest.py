@@ -10,27 +10,11 @@ import string
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]
-CHARACTERS = list(string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz")
+from rlkit.models.tokenizer import build_char_tokenizer
 
-
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; pad/bos/eos specials; left padding (for generation)."""
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="?",
-        padding_side="left",
-    )
+CHARACTERS = string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz"
 
 
 def build_tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
@@ -55,7 +39,8 @@ def build_tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    return build_char_tokenizer()
+    """rlkit's character tokenizer (pad/bos/eos/unk = 0-3, left padding) over a small alphabet."""
+    return build_char_tokenizer(CHARACTERS)
 
 
 @pytest.fixture(scope="session")
