@@ -519,7 +519,7 @@ class Trainer:
 
     def agpo_metrics(self, groups: Groups, tok_entropy: torch.Tensor) -> dict:
         out = summary("agpo/temperature", groups.temperatures)
-        if self.cfg.agpo.adaptive_temperature and hasattr(self.temperature_ctl, "last_u"):
+        if self.cfg.agpo.adaptive_temperature:  # the controller ran in groups_for this step
             out |= {
                 "agpo/U": self.temperature_ctl.last_u.mean(),
                 "agpo/U_bar": self.temperature_ctl.u_bar,

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
-
 from rlkit.tasks.base import Problem
 
 TEMPLATES = {
@@ -145,6 +143,8 @@ def load_math_problems(
         raise ValueError(f"template: unknown template {template!r}; known: {sorted(TEMPLATES)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+
     path = Path(source)
     if path.suffix in LOCAL_FORMATS:
         if not path.exists():
