@@ -240,6 +240,12 @@ class TrainConfig:
         _positive("steps", self.steps)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
+        explicit = self.algo.options.get("dispersion", self.agpo.dispersion)
+        if self.algo.estimator == "agpo" and explicit != self.agpo.dispersion:
+            raise ValueError(
+                f"agpo.dispersion ({self.agpo.dispersion!r}) sets the AGPO advantage's dispersion; "
+                f"algo.options.dispersion ({explicit!r}) conflicts with it: set only agpo.dispersion"
+            )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

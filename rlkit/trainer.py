@@ -35,7 +35,7 @@ from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
 from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
 from rlkit.metrics import MetricsLogger
-from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.models.loading import ModelSpec, Policy, eval_mode, load_policy
 from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import RolloutBatch, concat_rollouts, generate_rollouts, sequence_logprobs
 from rlkit.sampling import PromptSampler
@@ -187,7 +187,10 @@ class Trainer:
             timeout_s=cfg.task.reward_timeout_s,
             on_error=cfg.task.on_reward_error,
         )
-        self.estimator = get_estimator(cfg.algo.estimator, **cfg.algo.options)
+        options = dict(cfg.algo.options)
+        if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
+            options["dispersion"] = cfg.agpo.dispersion
+        self.estimator = get_estimator(cfg.algo.estimator, **options)
         self.cluster_index: dict[str, int] = {}
         self.temperature_ctl = self.clip_ctl = None
         if cfg.agpo.enabled:
@@ -447,7 +450,10 @@ class Trainer:
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
         """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (spec §3 step 5)."""
         micro = self.cfg.optim.micro_batch_size or None
-        new_logp, _ = sequence_logprobs(self.policy.model, rollouts, temps, micro_batch_size=micro)
+        with eval_mode(self.policy.model):
+            new_logp, _ = sequence_logprobs(
+                self.policy.model, rollouts, temps, micro_batch_size=micro
+            )
         return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
 
     # ---------------------------------------------------------------------- step
@@ -465,7 +471,7 @@ class Trainer:
 
         temps = self.ratio_temperatures(rollouts)
         micro = cfg.optim.micro_batch_size or None
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.policy.model):  # π_old samples without dropout
             old_logp, entropy = sequence_logprobs(
                 self.policy.model, rollouts, temps, compute_entropy=True, micro_batch_size=micro
             )
@@ -480,6 +486,7 @@ class Trainer:
                 eps = self.clip_ctl(stats, tok_entropy.cpu()).repeat_interleave(g)
                 eps_low, eps_high = eps, eps
             metrics |= self.agpo_metrics(groups, tok_entropy)
+        lr = self.scheduler.get_last_lr()[0]  # this step's; update() steps the scheduler
         update = self.update(rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high)
         if cfg.agpo.enabled:
             drift = self.step_kl(rollouts, old_logp, temps, num_prompts)
@@ -505,7 +512,7 @@ class Trainer:
             "tokens/probe": self.counters["tokens_probe"],
             "reward_failures": groups.reward_failures,
             "nonfinite_skips": self.counters["nonfinite_skips"],
-            "learning_rate": self.scheduler.get_last_lr()[0],
+            "learning_rate": lr,
             "time/generate": t_generate,
             "time/score": self.score_time,
             "time/update": t_update,

@@ -11,6 +11,20 @@ and the *reference* policy used by the KL term (spec §4):
 
 Disabling the adapter for the reference fixes a flaw of the AGPO authors' code (spec §3, "known
 flaws"): there, no reference model was created under LoRA and the KL term was silently zero.
+
+QLoRA on CPUs with AVX512-BF16 (an upstream bug, seen in bitsandbytes 0.50.2): the first eval-mode,
+no-grad forward of a `bnb.nn.Linear4bit` (e.g. inside `generate`) repacks its weight in place, for
+good, for a fused inference kernel (`Linear4bit.forward` →
+`functional._convert_weight_packed_for_cpu`). From then on `autograd._functions.matmul_4bit` sends
+every call, training ones included, to `gemv_4bit`, an op with no autograd kernel: the gradient
+stops at every 4-bit base layer (at init, with LoRA's B = 0, only the o_proj and down_proj adapters
+get one; later the others get only what flows back through later adapters). The repack also computes
+in bf16 with bf16 scales (sampling no longer matches the policy being trained), re-quantizes the
+scales when the model is saved, and fails on layers narrower than the 64-wide quantization block.
+`load_policy` therefore turns the repack off on every 4-bit layer (`support_avx512bf16_for_cpu =
+False`, the switch the layer reads), then probes each layer — a gradient, an inference pass, the
+gradient again — and raises `QuantizedGradientError` (the CLI prints it) rather than train part of
+the adapters if any layer still loses its input gradient.
 """
 
 from __future__ import annotations
@@ -114,6 +128,17 @@ def _resolve_device(device: str) -> torch.device:
     return resolved
 
 
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run `model` in eval mode (no dropout); its train/eval mode is restored on exit."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 class Policy:
     """A trainable causal LM, its tokenizer, and access to its reference policy.
 
@@ -155,13 +180,8 @@ class Policy:
         if not self.uses_adapter:
             yield self._reference_model
             return
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.model.disable_adapter():
-                yield self.model
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), self.model.disable_adapter():
+            yield self.model
 
     def save(self, path: str | Path) -> None:
         """Write the trainable state: the adapter (LoRA/QLoRA) or all weights (full) + tokenizer."""
@@ -264,6 +284,69 @@ def _enable_checkpointing(model: PreTrainedModel) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+class QuantizedGradientError(ValueError):
+    """A 4-bit layer does not pass gradients after an inference pass: QLoRA would train only part
+    of its adapters on this machine."""
+
+
+def _keep_4bit_layers_differentiable(model: PreTrainedModel) -> None:
+    """Turn off bitsandbytes' CPU inference repack (see the module docstring) on every 4-bit layer.
+
+    The switch is the attribute `Linear4bit.forward` reads; versions without it never repack.
+    """
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
+
+
+def check_4bit_gradients(model: torch.nn.Module) -> None:
+    """Refuse a 4-bit base whose layers lose their input gradient after an inference pass.
+
+    Per 4-bit layer, on a 2-row input of ones (the global RNG is untouched): the input gradient
+    of a training-mode forward, then an eval-mode no-grad forward (what `generate` does), then the
+    gradient again; both must be non-zero and equal. Each layer's train/eval mode is restored.
+    """
+    import bitsandbytes as bnb
+
+    for name, layer in model.named_modules():
+        if not isinstance(layer, bnb.nn.Linear4bit):
+            continue
+        was_training = layer.training
+        dtype = layer.compute_dtype or torch.float32
+        x = torch.ones(2, layer.in_features, dtype=dtype, device=layer.weight.device)
+        problem = None
+        try:
+            before = _input_gradient(layer.train(), x)
+            with torch.no_grad():
+                layer.eval()(x)
+            after = _input_gradient(layer.train(), x)
+        except RuntimeError as err:
+            problem = f"fails: {err}"
+        else:
+            if before is None or not bool(before.abs().sum() > 0):
+                problem = "passes no gradient to its input"
+            elif after is None or not torch.allclose(before, after):
+                problem = "stops the gradient after an inference pass"
+        finally:
+            layer.train(was_training)
+        if problem:
+            raise QuantizedGradientError(
+                f"4-bit layer {name} {problem} (bitsandbytes {bnb.__version__} on "
+                f"{layer.weight.device.type}): model.mode=qlora would not train every adapter. "
+                "Use model.mode=lora, or the bitsandbytes version pyproject.toml names"
+            )
+
+
+def _input_gradient(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    x = x.detach().requires_grad_(True)
+    y = layer(x)
+    if not y.requires_grad:
+        return None
+    return torch.autograd.grad(y.sum(), x, allow_unused=True)[0]
+
+
 def load_policy(spec: ModelSpec) -> Policy:
     """Load `spec.name_or_path` and make it trainable as `spec.mode` says."""
     tokenizer = load_tokenizer(spec)
@@ -275,6 +358,8 @@ def load_policy(spec: ModelSpec) -> Policy:
         reference_model = copy.deepcopy(model).eval().requires_grad_(False)
     elif spec.mode == "qlora":
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        _keep_4bit_layers_differentiable(model)
+        check_4bit_gradients(model)
     if spec.gradient_checkpointing:
         _enable_checkpointing(model)
     if spec.mode != "full":
