@@ -6,6 +6,7 @@ rlkit train --config my.yaml --resume         # continue from the run's latest c
 rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
 rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
+rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
 
 from __future__ import annotations
@@ -54,8 +55,15 @@ def _plot(args) -> None:
 def _demo(args) -> None:
     from rlkit.demo import run_demo
 
-    print(run_demo(args.out, tuple(args.seeds), tuple(args.overrides)))
+    print(run_demo(args.out, tuple(args.seeds), tuple(args.overrides), workers=args.workers))
     print(f"figure and table in {args.out}")
+
+
+def _build_tiny(args) -> None:
+    from rlkit.models.tiny import build_tiny_policy, weights_digest
+
+    path = build_tiny_policy(out_dir=args.out)
+    print(f"{path}  weights sha256 {weights_digest(path)}")
 
 
 def _presets(args) -> None:
@@ -93,9 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="GRPO vs EBPO vs AGPO on the built-in task (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")
-    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    demo.add_argument(
+        "--workers", type=int, help="parallel single-thread runs (default: one per CPU core)"
+    )
     demo.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     demo.set_defaults(func=_demo)
+
+    build = sub.add_parser(
+        "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"
+    )
+    build.add_argument("--out", required=True, help="directory to write (must not exist)")
+    build.set_defaults(func=_build_tiny)
 
     presets = sub.add_parser("presets", help="list the shipped config presets")
     presets.set_defaults(func=_presets)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from rlkit.advantages import ESTIMATORS
+from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from rlkit.models.loading import ModelSpec
 
@@ -55,6 +56,7 @@ class TaskConfig:
 
     name: str = "arithmetic"
     eval_name: str | None = None  # defaults to the eval split of ``name``
+    arithmetic: dict = field(default_factory=dict)  # ArithmeticTask fields, e.g. {"topics": [...]}
     template: str = "plain"
     num_train: int = 2000
     num_eval: int = 200
@@ -65,6 +67,10 @@ class TaskConfig:
 
     def __post_init__(self):
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
+        if self.arithmetic:
+            if self.name != "arithmetic":
+                raise ValueError("task.arithmetic only applies to task.name=arithmetic")
+            arithmetic_task(self.arithmetic)  # unknown fields and bad values fail here
         _choice("task.on_reward_error", self.on_reward_error, ("warn", "raise"))
         _positive("task.num_train", self.num_train)
         _positive("task.num_eval", self.num_eval)

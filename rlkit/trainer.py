@@ -121,15 +121,14 @@ def set_rng_state(state: dict) -> None:
 
 
 def resolve_model_path(cfg: TrainConfig) -> str:
-    """``builtin:tiny`` → the cached warm-started tiny model (built on first use)."""
+    """``builtin:tiny`` → the warm-started tiny policy shipped with rlkit (never rebuilt)."""
     if cfg.model.name_or_path != BUILTIN_MODEL:
         return cfg.model.name_or_path
     if cfg.task.name != "arithmetic":
         raise ValueError("model.name_or_path=builtin:tiny only works with task.name=arithmetic")
-    from rlkit.models.tiny import build_tiny_policy
-    from rlkit.tasks.arithmetic import ArithmeticTask
+    from rlkit.models.tiny import shipped_tiny_policy
 
-    return str(build_tiny_policy(ArithmeticTask(), progress=cfg.progress))
+    return str(shipped_tiny_policy())
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:

@@ -18,12 +18,13 @@ def _subset(problems: list[Problem], n: int) -> list[Problem]:
 
 
 def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
-    """(train, eval) problems. The run's seed does not change the task (it only orders it):
-    the built-in arithmetic task is the one the tiny model was warm-started on."""
+    """(train, eval) problems. The run's seed does not change the task (it only orders it): by
+    default the arithmetic task is the one the built-in tiny model was warm-started on, and
+    ``task.arithmetic`` changes its fields (topics, difficulties, split sizes)."""
     if task_cfg.name == "arithmetic":
-        from rlkit.tasks.arithmetic import ArithmeticTask
+        from rlkit.tasks.arithmetic import arithmetic_task
 
-        task = ArithmeticTask()
+        task = arithmetic_task(task_cfg.arithmetic)
         train, evaluation = task.problems("train"), task.problems("eval")
         return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
 
