@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 
 from rlkit.advantages import ESTIMATORS
-from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from rlkit.models.loading import ModelSpec
+from rlkit.tasks.arithmetic import arithmetic_task
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
