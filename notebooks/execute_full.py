@@ -65,11 +65,11 @@ def quoted_figures(readme: Path = README) -> dict[str, list[str]]:
     return out
 
 
-def check_readme(readme: Path = README) -> list[str]:
+def check_readme(readme: Path = README, notebook_dir: Path = HERE) -> list[str]:
     """The README figures that do not appear in their notebook's outputs."""
     missing = []
     for stem, figures in quoted_figures(readme).items():
-        text = output_text(HERE / f"{stem}.ipynb")
+        text = output_text(notebook_dir / f"{stem}.ipynb")
         missing += [f"{stem}: {fig}" for fig in figures if fig not in text]
     return missing
 
