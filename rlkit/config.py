@@ -80,7 +80,7 @@ class TaskConfig:
 
 @dataclass
 class AlgoConfig:
-    """Advantage estimator (spec §1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO."""
+    """Advantage estimator (docs/algorithms.md §1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO."""
 
     estimator: str = "grpo"
     options: dict = field(default_factory=dict)
@@ -94,7 +94,7 @@ class AlgoConfig:
 
 @dataclass
 class AGPOConfig:
-    """AGPO controllers (spec §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
+    """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
 
     enabled: bool = False
     probe: str = "full"  # full | previous | reuse
@@ -120,7 +120,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0
     truncated: str = "keep"  # keep | zero_reward | mask
-    order: str = "shuffle"  # shuffle | topic | difficulty (spec §2, clustered sampling)
+    order: str = "shuffle"  # shuffle | topic | difficulty (docs/algorithms.md §2, clustered sampling)
     dynamic_sampling: bool = False
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
@@ -147,7 +147,7 @@ class RolloutConfig:
 
 @dataclass
 class LossConfig:
-    """Clipped surrogate, KL and aggregation (spec §4)."""
+    """Clipped surrogate, KL and aggregation (docs/algorithms.md §4)."""
 
     eps_low: float = 0.2
     eps_high: float = 0.2

@@ -1,4 +1,4 @@
-"""The RLVR trainer: one loop for GRPO, Dr. GRPO, RLOO, EBPO and AGPO (spec §1–§5).
+"""The RLVR trainer: one loop for GRPO, Dr. GRPO, RLOO, EBPO and AGPO (docs/algorithms.md §1–§5).
 
 One step, top to bottom (:meth:`Trainer.step`):
 
@@ -10,7 +10,7 @@ One step, top to bottom (:meth:`Trainer.step`):
 6. AGPO only: per-prompt clip radius ε;
 7. μ update epochs over mini-batches with gradient accumulation;
 8. AGPO only: the step KL after the update feeds the clip controller;
-9. metrics (spec §5), periodic evaluation, atomic checkpoint.
+9. metrics (docs/algorithms.md §5), periodic evaluation, atomic checkpoint.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class Trainer:
     def sample_groups(
         self, problems: list[Problem], temperatures: torch.Tensor, stats: ProbeStats | None = None
     ) -> Groups:
-        """G completions per problem at its temperature, scored (spec §3 step 3)."""
+        """G completions per problem at its temperature, scored (docs/algorithms.md §3 step 3)."""
         ro, g = self.cfg.rollout, self.cfg.rollout.group_size
         rollouts = generate_rollouts(
             self.policy.model,
@@ -282,7 +282,7 @@ class Trainer:
         )
 
     def probe(self, problems: list[Problem]) -> tuple[ProbeStats, Groups | None]:
-        """Per-prompt probe statistics (spec §3 step 1).
+        """Per-prompt probe statistics (docs/algorithms.md §3 step 1).
 
         ``full``/``reuse``: sample a probe group at τ_base. ``previous``: the statistics of the
         prompt's last training group, else the mean of the last batch's (no generation).
@@ -351,7 +351,7 @@ class Trainer:
     # -------------------------------------------------------------------- update
     def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:
         """Temperature of the importance ratio: each row's sampling τ (default) or a constant
-        (``1.0`` reproduces AGPO's code, spec §3 known flaws)."""
+        (``1.0`` reproduces AGPO's code, docs/algorithms.md §3 known flaws)."""
         t = self.cfg.loss.ratio_temperature
         return (
             rollouts.temperatures.float()
@@ -366,7 +366,7 @@ class Trainer:
             return sequence_logprobs(ref_model, rollouts, temps, micro_batch_size=micro)[0]
 
     def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
-        """μ epochs of clipped-surrogate updates over mini-batches (spec §4)."""
+        """μ epochs of clipped-surrogate updates over mini-batches (docs/algorithms.md §4)."""
         cfg, opt = self.cfg, self.cfg.optim
         rows = len(rollouts)
         mini = opt.mini_batch_size or rows
@@ -447,7 +447,7 @@ class Trainer:
 
     @torch.no_grad()
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
-        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (spec §3 step 5)."""
+        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (docs/algorithms.md §3 step 5)."""
         micro = self.cfg.optim.micro_batch_size or None
         with eval_mode(self.policy.model):
             new_logp, _ = sequence_logprobs(

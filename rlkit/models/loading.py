@@ -1,7 +1,7 @@
-"""Load a causal LM as a trainable policy: full fine-tune, LoRA, or QLoRA (spec §3, §4).
+"""Load a causal LM as a trainable policy: full fine-tune, LoRA, or QLoRA (docs/algorithms.md §3, §4).
 
 One entry point, `load_policy(ModelSpec)`, returns a `Policy` that bundles the model, its tokenizer
-and the *reference* policy used by the KL term (spec §4):
+and the *reference* policy used by the KL term (docs/algorithms.md §4):
 
 - `full`  — every weight trains; the reference is a frozen deep copy taken at load time.
 - `lora`  — peft LoRA adapters on a frozen base; the reference is the same module with the
@@ -9,7 +9,7 @@ and the *reference* policy used by the KL term (spec §4):
 - `qlora` — as `lora`, on a base loaded in 4-bit by bitsandbytes (NF4, double quantization,
             configurable compute dtype), prepared with `peft.prepare_model_for_kbit_training`.
 
-Disabling the adapter for the reference fixes a flaw of the AGPO authors' code (spec §3, "known
+Disabling the adapter for the reference fixes a flaw of the AGPO authors' code (docs/algorithms.md §3, "known
 flaws"): there, no reference model was created under LoRA and the KL term was silently zero.
 
 QLoRA on CPUs with AVX512-BF16 (an upstream bug, seen in bitsandbytes 0.50.2): the first eval-mode,
@@ -176,7 +176,7 @@ class Policy:
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[torch.nn.Module]:
-        """Yield the reference policy π_ref for the KL term (spec §4)."""
+        """Yield the reference policy π_ref for the KL term (docs/algorithms.md §4)."""
         if not self.uses_adapter:
             yield self._reference_model
             return

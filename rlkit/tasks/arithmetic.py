@@ -2,7 +2,7 @@
 
 Each problem is a plain-text expression such as ``7+5*3=`` whose reference answer is the integer
 value (``22``), written for a character-level tokenizer. Problems carry two cluster labels
-(spec §2, "Clustered sampling"):
+(docs/algorithms.md §2, "Clustered sampling"):
 
 - topic = operation type: ``add`` (only ``+``), ``sub`` (only ``-``), ``mul`` (only ``*``) or
   ``mix`` (random ``+ - *``, usual precedence);
