@@ -27,7 +27,10 @@ def run_demo(
     seeds: tuple[int, ...] = (0, 1, 2),
     overrides: tuple[str, ...] = (),
     progress: bool = True,
+    overwrite: bool = False,
 ) -> str:
+    """Train every method on every seed under ``out_dir/METHOD/seedN`` (``overwrite``: replace
+    the runs of a previous demo there) and return the summary table."""
     out_dir = Path(out_dir)
     results: dict[str, list[tuple[dict, dict]]] = {}
     for method, method_overrides in METHODS.items():
@@ -43,7 +46,7 @@ def run_demo(
                     *overrides,
                 ],
             )
-            evals = Trainer(cfg).train()
+            evals = Trainer(cfg, overwrite=overwrite).train()
             results.setdefault(method, []).append((evals[0], evals[-1]))
     table = summary_table(results, seeds)
     (out_dir / "summary.md").write_text(table + "\n")
