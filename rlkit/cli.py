@@ -20,14 +20,17 @@ from pathlib import Path
 def _train(args) -> None:
     from rlkit.config import load_config
     from rlkit.rundir import saved_config
-    from rlkit.trainer import Trainer
+    from rlkit.trainer import NonFiniteError, Trainer
 
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
     cfg = load_config(args.config or "tiny-cpu", args.overrides)
     if args.resume and args.config is None:  # the run's own config.yaml, plus the overrides
         cfg = saved_config(Path(cfg.output_dir), args.overrides)
-    evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
+    try:
+        evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
+    except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
+        raise ValueError(str(err)) from None
     for row in evals:
         print(json.dumps(row))
     print(f"run saved in {cfg.output_dir}")

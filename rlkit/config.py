@@ -64,7 +64,7 @@ class TaskConfig:
     num_train: int = 2000
     num_eval: int = 200
     reward: str = "exact_match"
-    reward_workers: int = 0
+    reward_workers: int = 0  # 0: score in-process, where reward_timeout_s is not enforced
     reward_timeout_s: float = 10.0
     on_reward_error: str = "warn"
 
