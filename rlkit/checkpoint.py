@@ -64,17 +64,22 @@ def _files(folder: Path) -> list[str]:
 
 
 def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """``(step, folder)`` of every ``step_NNNNNN`` folder, oldest first (by step, not by name)."""
+    """``(step, folder)`` of every ``step_NNNNNN`` folder (symlinks aside), oldest first (by step,
+    not by name)."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    found = [(STEP_DIR.fullmatch(p.name), p) for p in root.iterdir() if p.is_dir()]
+    found = [
+        (STEP_DIR.fullmatch(p.name), p) for p in root.iterdir() if p.is_dir() and not p.is_symlink()
+    ]
     return sorted((int(m.group(1)), p) for m, p in found if m)
 
 
 def save_checkpoint(
     run_dir: Path, step: int, policy, state: dict, keep: int = 2, run_id: str = ""
 ) -> Path:
+    """Write ``step``'s checkpoint atomically (manifest last), point ``latest`` at it, then keep
+    the ``keep`` newest checkpoints of run ``run_id`` (other runs' checkpoints are never deleted)."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"

@@ -1,7 +1,7 @@
 """A run directory: what a run may read from it, who may write to it, and how a run starts there.
 
 ``RUN_DIR`` holds ``config.yaml`` (the run's full config), ``metrics.jsonl``, ``tensorboard/``,
-``checkpoints/`` and, while a process trains in it, the lock file ``.lock``.
+``checkpoints/`` and ``.lock``, locked while a process trains there.
 
 - Every path read from a run directory must resolve inside it (:func:`confined`): a symlink or a
   ``checkpoints/latest`` pointing elsewhere is refused.
@@ -108,13 +108,14 @@ def clear_run(run_dir: Path) -> None:
             path.unlink()
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
+def _flatten(cfg: TrainConfig) -> dict:
+    """``section.key`` → value; option mappings such as ``algo.options`` stay whole."""
     out = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out |= _flatten(value, f"{prefix}{key}.")
+    for key, value in cfg.to_dict().items():
+        if isinstance(value, dict):
+            out |= {f"{key}.{name}": v for name, v in value.items()}
         else:
-            out[prefix + key] = value
+            out[key] = value
     return out
 
 
@@ -135,7 +136,7 @@ def check_resume_config(saved: TrainConfig, wanted: TrainConfig) -> None:
     """A resumed run's config may differ from the saved one only in :data:`RESUME_OVERRIDES`
     (and ``output_dir``, the directory it was found in); anything else is a ValueError naming
     the key."""
-    old, new = _flatten(saved.to_dict()), _flatten(wanted.to_dict())
+    old, new = _flatten(saved), _flatten(wanted)
     for key in sorted(old.keys() | new.keys()):
         if key in (*RESUME_OVERRIDES, "output_dir") or old.get(key) == new.get(key):
             continue

@@ -140,8 +140,6 @@ def resolve_model_path(cfg: TrainConfig) -> str:
     """``builtin:tiny`` → the cached warm-started tiny model (built on first use)."""
     if cfg.model.name_or_path != BUILTIN_MODEL:
         return cfg.model.name_or_path
-    if cfg.task.name != "arithmetic":
-        raise ValueError("model.name_or_path=builtin:tiny only works with task.name=arithmetic")
     from rlkit.models.tiny import build_tiny_policy
     from rlkit.tasks.arithmetic import ArithmeticTask
 
@@ -207,11 +205,11 @@ class Trainer:
 
     def setup(self, resume: bool, overwrite: bool) -> None:
         cfg = self.cfg
+        if resume:
+            check_run_files(self.run_dir)
         checkpoint = load_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
-        if resume:
-            check_run_files(self.run_dir)
         if resume and not self.read_only:
             check_resume_config(saved_config(self.run_dir), cfg)
         if not resume and not self.read_only:

@@ -12,7 +12,6 @@ import sys
 import pytest
 import torch
 
-import rlkit.trainer as trainer_module
 from rlkit.advantages import ESTIMATORS, MAX_ABS_REWARD, get_estimator
 from rlkit.cli import main
 from rlkit.rewards import RewardScorer
@@ -21,7 +20,9 @@ from rlkit.tasks.math_datasets import load_math_problems
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    """Fail the test if a model is loaded: every error here must come before that."""
+    """Fail the test if a model is loaded: every error here must come before that. (rlkit.trainer
+    is imported here, not at the top, so reward workers unpickling `odd_reward` stay light.)"""
+    import rlkit.trainer as trainer_module
 
     def refuse(spec):
         raise AssertionError(f"the model was loaded before the error ({spec.name_or_path})")
@@ -203,6 +204,8 @@ def test_conflicting_duplicate_questions_are_counted(tmp_path):
 def test_prompts_longer_than_the_context_are_counted(tmp_path, tiny_model_dir):
     from test_trainer import make_config
 
+    from rlkit.trainer import Trainer
+
     long_question = "what is " + "1+" * 70 + "1?"  # > 128 characters: the tiny model's context
     rows = [{"question": long_question, "answer": "71"}] + [
         {"question": f"{i}+1?", "answer": str(i + 1)} for i in range(9)
@@ -210,7 +213,7 @@ def test_prompts_longer_than_the_context_are_counted(tmp_path, tiny_model_dir):
     path = write_jsonl(tmp_path / "long.jsonl", rows)
     cfg = make_config(tmp_path / "run", tiny_model_dir, f"task.name={path}", "task.num_eval=2")
     with pytest.warns(UserWarning, match="1 of 10 prompts are longer than 124 tokens"):
-        trainer_module.Trainer(cfg).close()
+        Trainer(cfg).close()
 
 
 # --------------------------------------------------------------------------- rewards

@@ -299,3 +299,8 @@ def test_eval_of_the_starting_policy_leaves_the_configs_run_alone(run, capsys):
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 0
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_and_overwrite_exclude_each_other(run, capsys):
+    assert main(["train", "--resume", "--overwrite", f"output_dir={run}"]) == 2
+    assert "--resume and --overwrite exclude each other" in last_error_line(capsys)
