@@ -266,3 +266,16 @@ def test_estimators_never_emit_nan_for_huge_rewards(name):
         assert advantages[0].abs().max() <= 1e-9 * MAX_ABS_REWARD
     with pytest.raises(ValueError, match=r"\|r\| <= 1e\+150 \(got 1e\+200\)"):
         est(torch.tensor([[1e200, -1e200]], dtype=torch.float64))
+
+
+def test_json_file_as_one_document_or_as_lines(tmp_path):
+    rows = [{"question": "1+1?", "answer": "2"}, {"question": "2+2?", "answer": "4"}]
+    document = tmp_path / "doc.json"
+    document.write_text(json.dumps(rows))
+    lines = write_jsonl(tmp_path / "lines.json", rows)
+    assert [p.answer for p in load_math_problems(document)] == ["2", "4"]
+    assert [p.answer for p in load_math_problems(lines)] == ["2", "4"]
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"question": "1+1?",\n "answer": }]')
+    with pytest.raises(ValueError, match="broken.json, line 1: malformed JSON"):
+        load_math_problems(broken)

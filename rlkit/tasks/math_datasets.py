@@ -125,7 +125,8 @@ def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> s
 
 def _check_local_file(path: Path) -> None:
     """A local dataset file exists, is not empty and (JSON/JSONL) parses; a ValueError names the
-    file and, for a malformed JSONL record, its line number."""
+    file and, for a malformed JSON Lines record, its line number. A ``.json`` file may hold one
+    JSON document or JSON Lines (as `datasets` accepts)."""
     if not path.is_file():
         raise ValueError(f"dataset file not found: {path}")
     if path.suffix == ".parquet":
@@ -136,11 +137,9 @@ def _check_local_file(path: Path) -> None:
     if path.suffix == ".json":
         try:
             json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(
-                f"dataset file {path}: malformed JSON at line {err.lineno}: {err.msg}"
-            ) from None
-        return
+            return
+        except json.JSONDecodeError:
+            pass  # not one document: it must be JSON Lines
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -152,7 +151,8 @@ def _check_local_file(path: Path) -> None:
             ) from None
         if not isinstance(record, dict):
             raise ValueError(
-                f"dataset file {path}, line {number}: expected a JSON object, got {type(record).__name__}"
+                f"dataset file {path}, line {number}: expected a JSON object, "
+                f"got {type(record).__name__}"
             )
 
 
