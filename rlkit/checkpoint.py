@@ -128,7 +128,10 @@ def verify_checkpoint(run_dir: Path, path: Path) -> Checkpoint:
     file that is missing, damaged, outside the run directory or unsafe to load."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
-        raise ValueError(f"{manifest_path} is missing (an incomplete or foreign checkpoint)")
+        raise ValueError(
+            f"{manifest_path} is missing (an incomplete checkpoint, or one written before "
+            "rlkit checkpoints had manifests)"
+        )
     try:
         manifest = json.loads(confined(run_dir, manifest_path).read_text())
         files, step, run_id = manifest["files"], int(manifest["step"]), str(manifest["run_id"])

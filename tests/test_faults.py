@@ -304,3 +304,12 @@ def test_eval_of_the_starting_policy_leaves_the_configs_run_alone(run, capsys):
 def test_resume_and_overwrite_exclude_each_other(run, capsys):
     assert main(["train", "--resume", "--overwrite", f"output_dir={run}"]) == 2
     assert "--resume and --overwrite exclude each other" in last_error_line(capsys)
+
+
+def test_file_planted_into_a_checkpoint_makes_it_unusable(run, tiny_model_dir):
+    planted = run / "checkpoints" / "step_000002" / "policy" / "extra.safetensors"
+    shutil.copy(run / "checkpoints" / "step_000002" / "policy" / "model.safetensors", planted)
+    with pytest.warns(UserWarning, match="extra.safetensors is not listed in"):
+        trainer = Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True)
+    assert trainer.step_count == 1
+    trainer.close()
