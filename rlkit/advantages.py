@@ -18,6 +18,8 @@ import torch
 from rlkit.stats import RunningMoments, dispersion, group_std
 
 ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
+# Largest |reward| accepted: squares and sums over a batch stay far inside float64 (max ~1.8e308).
+MAX_ABS_REWARD = 1e150
 
 
 def register(name: str):
@@ -52,6 +54,7 @@ class AdvantageEstimator:
     """
 
     name = "base"
+    min_group_size = 2  # G = 1 leaves no group baseline: every advantage would be 0
 
     def __call__(
         self, rewards: torch.Tensor, cluster_ids: torch.Tensor | None = None
@@ -84,7 +87,8 @@ class AdvantageEstimator:
 
 
 def check_rewards(rewards: torch.Tensor) -> torch.Tensor:
-    """A finite, floating ``[P, G]`` tensor with P, G ≥ 1, or a ValueError saying what is wrong."""
+    """A finite, floating ``[P, G]`` tensor with P, G ≥ 1 and |r| ≤ :data:`MAX_ABS_REWARD`, or a
+    ValueError saying what is wrong."""
     if not isinstance(rewards, torch.Tensor):
         raise ValueError(
             f"rewards must be a torch.Tensor of shape [P, G], got {type(rewards).__name__}"
@@ -99,6 +103,12 @@ def check_rewards(rewards: torch.Tensor) -> torch.Tensor:
         rewards = rewards.to(torch.float32)
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
+    largest = float(rewards.abs().max())
+    if largest > MAX_ABS_REWARD:
+        raise ValueError(
+            f"rewards must satisfy |r| <= {MAX_ABS_REWARD:g} (got {largest:g}): their squares "
+            "(variances) would overflow float64; rescale the reward"
+        )
     return rewards
 
 
@@ -202,6 +212,8 @@ class EBPO(AdvantageEstimator):
     ``cluster_ids`` each cluster has its own accumulators; a cluster whose accumulator holds fewer
     than ``min_cluster_count`` group means uses the global one.
     """
+
+    min_group_size = 1  # the prior μ_glob is a baseline even for a group of one
 
     def __init__(
         self,

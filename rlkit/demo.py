@@ -42,14 +42,14 @@ def run_overrides(method: str, seed: int, out_dir: Path, overrides=()) -> list[s
     ]
 
 
-def train_one(overrides: list[str]) -> tuple[dict, dict]:
+def train_one(overrides: list[str], overwrite: bool = False) -> tuple[dict, dict]:
     """One ``tiny-cpu`` run on one torch thread; (first, last) evaluation rows."""
     import torch
 
     from rlkit.trainer import Trainer
 
     torch.set_num_threads(1)
-    evals = Trainer(load_config("tiny-cpu", overrides)).train()
+    evals = Trainer(load_config("tiny-cpu", overrides), overwrite=overwrite).train()
     return evals[0], evals[-1]
 
 
@@ -59,7 +59,10 @@ def run_demo(
     overrides: tuple[str, ...] = (),
     progress: bool = True,
     workers: int | None = None,
+    overwrite: bool = False,
 ) -> str:
+    """Train every method on every seed under ``out_dir/METHOD/seedN`` (``overwrite``: replace
+    the runs of a previous demo there) and return the summary table."""
     out_dir = Path(out_dir)
     jobs = {(m, s): run_overrides(m, s, out_dir, overrides) for m in METHODS for s in seeds}
     for job in jobs.values():
@@ -68,7 +71,7 @@ def run_demo(
     finished: dict[tuple[str, int], tuple[dict, dict]] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(train_one, job): key for key, job in jobs.items()}
+        futures = {pool.submit(train_one, job, overwrite): key for key, job in jobs.items()}
         bar = tqdm(total=len(futures), desc="demo runs", disable=not progress)
         for future in as_completed(futures):
             finished[futures[future]] = future.result()

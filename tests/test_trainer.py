@@ -296,7 +296,8 @@ def test_difficulty_curriculum_starts_with_what_the_starting_policy_solves(
     assert 0 < solved < len(trainer.train_problems)
     first = trainer.sampler.next_batch(int(solved))
     assert all(int(p.answer) % 2 == 0 for p in first)  # easy (pass rate 1) before hard
-    Trainer(cfg).train()
+    trainer.close()  # release the run directory for the run below
+    Trainer(cfg, overwrite=True).train()
     resumed = Trainer(
         make_config(tmp_path, tiny_model_dir, "rollout.order=difficulty", "steps=3"), resume=True
     )

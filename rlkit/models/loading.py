@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,85 +46,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-MODES = ("full", "lora", "qlora")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANT_TYPES = ("nf4", "fp4")
+from rlkit.models.spec import ModelSpec
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
-
-@dataclass
-class ModelSpec:
-    """What to load and how to train it.
-
-    `name_or_path` is a local directory or a Hugging Face hub id. `target_modules` is
-    "all-linear" (every linear layer except the output head, peft's shorthand) or a list of
-    module names. `device="auto"` picks CUDA when available, else the CPU.
-    """
-
-    name_or_path: str
-    mode: str = "lora"
-    lora_r: int = 16
-    lora_alpha: float = 32
-    lora_dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
-    compute_dtype: str = "float32"
-    quant_type: str = "nf4"
-    double_quant: bool = True
-    gradient_checkpointing: bool = False
-    trust_remote_code: bool = False
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        if not self.name_or_path:
-            raise ValueError("ModelSpec.name_or_path must be a non-empty path or hub id")
-        if self.mode not in MODES:
-            raise ValueError(f"ModelSpec.mode must be one of {MODES}, got {self.mode!r}")
-        if not isinstance(self.lora_r, int) or self.lora_r <= 0:
-            raise ValueError(f"ModelSpec.lora_r must be a positive integer, got {self.lora_r!r}")
-        if self.lora_alpha <= 0:
-            raise ValueError(f"ModelSpec.lora_alpha must be > 0, got {self.lora_alpha!r}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"ModelSpec.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
-        if isinstance(self.target_modules, str):
-            if self.target_modules != "all-linear":
-                raise ValueError(
-                    "ModelSpec.target_modules must be 'all-linear' or a list of module names, "
-                    f"got {self.target_modules!r}"
-                )
-        elif not self.target_modules or not all(isinstance(m, str) for m in self.target_modules):
-            raise ValueError(
-                "ModelSpec.target_modules must be a non-empty list of module names, "
-                f"got {self.target_modules!r}"
-            )
-        if self.compute_dtype not in DTYPES:
-            raise ValueError(
-                f"ModelSpec.compute_dtype must be one of {tuple(DTYPES)}, got {self.compute_dtype!r}"
-            )
-        if self.quant_type not in QUANT_TYPES:
-            raise ValueError(
-                f"ModelSpec.quant_type must be one of {QUANT_TYPES}, got {self.quant_type!r}"
-            )
-        _resolve_device(self.device)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return DTYPES[self.compute_dtype]
-
-    @property
-    def torch_device(self) -> torch.device:
-        return _resolve_device(self.device)
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"ModelSpec.device is not a torch device: {device!r}") from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"ModelSpec.device is {device!r} but CUDA is not available")
-    return resolved
 
 
 @contextlib.contextmanager

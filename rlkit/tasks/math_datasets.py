@@ -9,7 +9,9 @@ Field names can be dotted paths into nested rows (``reward_model.ground_truth``,
 
 from __future__ import annotations
 
+import json
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +123,54 @@ def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> s
     )
 
 
+def _check_local_file(path: Path) -> None:
+    """A local dataset file exists, is not empty and (JSON/JSONL) parses; a ValueError names the
+    file and, for a malformed JSON Lines record, its line number. A ``.json`` file may hold one
+    JSON document or JSON Lines (as `datasets` accepts)."""
+    if not path.is_file():
+        raise ValueError(f"dataset file not found: {path}")
+    if path.suffix == ".parquet":
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ValueError(f"dataset file {path} is empty")
+    if path.suffix == ".json":
+        try:
+            json.loads(text)
+            return
+        except json.JSONDecodeError:
+            pass  # not one document: it must be JSON Lines
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"dataset file {path}, line {number}: malformed JSON: {err.msg}"
+            ) from None
+        if not isinstance(record, dict):
+            raise ValueError(
+                f"dataset file {path}, line {number}: expected a JSON object, "
+                f"got {type(record).__name__}"
+            )
+
+
+def _load_hub(spec: DatasetSpec, name: str, split: str):
+    """``datasets.load_dataset`` for a hub dataset; a download or cache failure (offline, unknown
+    split, no access) is one ValueError line instead of a traceback."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(spec.hub_id, spec.config, split=split)
+    except Exception as err:  # noqa: BLE001 - datasets raises many types; all mean "not loaded"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise ValueError(
+            f"dataset {name}: could not load {spec.hub_id} (split {split}) from the Hugging Face "
+            f"hub or its cache: {type(err).__name__}: {first}"
+        ) from None
+
+
 def load_math_problems(
     source: str | Path,
     split: str | None = None,
@@ -130,6 +180,9 @@ def load_math_problems(
     answer_field: str | None = None,
 ) -> list[Problem]:
     """Problems of a named dataset or a local file, in file order, deduplicated by question.
+
+    Rows without a question or answer (null or empty) are skipped with a warning giving their
+    count; so are questions repeated with a different answer (the first is kept).
 
     Args:
         source: a key of `DATASETS`, or a path to a ``.jsonl`` / ``.json`` / ``.parquet`` file.
@@ -143,21 +196,20 @@ def load_math_problems(
         raise ValueError(f"template: unknown template {template!r}; known: {sorted(TEMPLATES)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
-
     path = Path(source)
     if path.suffix in LOCAL_FORMATS:
-        if not path.exists():
-            raise FileNotFoundError(f"dataset file not found: {path}")
+        _check_local_file(path)
+        import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+
         rows = datasets.load_dataset(
             LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"
         )
         spec, name = None, path.stem
     else:
         spec, name = resolve_spec(str(source)), str(source).lower()
-        rows = datasets.load_dataset(spec.hub_id, spec.config, split=split or spec.split)
+        rows = _load_hub(spec, name, split or spec.split)
     if len(rows) == 0:
-        return []
+        raise ValueError(f"dataset {source} has no rows")
     first = rows[0]
     question_field = question_field or (
         spec.question_field if spec else _detect(first, QUESTION_FIELDS, "question", name)
@@ -166,21 +218,51 @@ def load_math_problems(
         spec.answer_field if spec else _detect(first, ANSWER_FIELDS, "answer", name)
     )
     clean_question = spec.clean_question if spec else str.strip
-    problems, seen = [], set()
+    problems, answers, missing, conflicts = [], {}, [], 0
     for index, row in enumerate(rows):
         if limit is not None and len(problems) >= limit:
             break
-        question = clean_question(_field(row, question_field))
-        if question in seen:
+        raw_question, raw_answer = _field(row, question_field), _field(row, answer_field)
+        if _blank(raw_question) or _blank(raw_answer):
+            missing.append(index)
             continue
-        seen.add(question)
+        question, answer = clean_question(str(raw_question)), clean_answer(raw_answer)
+        if question in answers:
+            conflicts += answers[question] != answer
+            continue
+        answers[question] = answer
         problems.append(
             Problem(
                 id=f"{name}/{index}",
                 prompt=TEMPLATES[template].format(question=question),
-                answer=clean_answer(_field(row, answer_field)),
+                answer=answer,
                 topic=str(row[spec.topic_field]) if spec and spec.topic_field else "",
                 difficulty=int(row[spec.difficulty_field]) if spec and spec.difficulty_field else 0,
             )
         )
+    if missing:
+        warnings.warn(
+            f"dataset {source}: skipped {len(missing)} rows without a question or answer "
+            f"(first: row {missing[0]})",
+            stacklevel=2,
+        )
+    if conflicts:
+        warnings.warn(
+            f"dataset {source}: {conflicts} repeated questions have a different answer than their "
+            "first occurrence; kept the first",
+            stacklevel=2,
+        )
+    if not problems:
+        raise ValueError(f"dataset {source} has no row with both a question and an answer")
     return problems
+
+
+def _blank(value) -> bool:
+    """A missing field: None, an empty or whitespace-only string, or a list of only those."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list):
+        return all(_blank(v) for v in value)
+    return False
