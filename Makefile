@@ -21,7 +21,7 @@ $(BIN)/.notebooks: $(BIN)/.installed
 	touch $@
 
 demo: venv
-	$(BIN)/rlkit demo
+	$(BIN)/rlkit demo --overwrite
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
 # when it collects no test, so an empty run fails.
