@@ -76,6 +76,7 @@ def _demo(args) -> None:
             tuple(args.overrides),
             workers=args.workers,
             overwrite=args.overwrite,
+            threads=args.threads,
         )
     )
     print(f"figure and table in {args.out}")
@@ -135,9 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="GRPO vs EBPO vs AGPO on the built-in task (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")
     demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    demo.add_argument(
-        "--workers", type=int, help="parallel single-thread runs (default: one per CPU core)"
-    )
+    demo.add_argument("--workers", type=int, help="runs in parallel (default: CPU cores / threads)")
+    demo.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     demo.add_argument("--overwrite", action="store_true", help="replace a previous demo's runs")
     demo.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     demo.set_defaults(func=_demo)

@@ -4,9 +4,10 @@ Every method starts from the same shipped warm start and trains with the same se
 per-seed differences are paired. Reported: held-out greedy accuracy and Pass@1 before and after,
 each as a mean with a 95% t-interval over seeds, and the paired difference to GRPO.
 
-Runs go to a pool of worker processes, each on one torch thread: one thread fixes the order of
-every float reduction, so the table is the same whatever thread count the machine would pick, and
-two single-thread runs side by side use two cores better than one run on two threads.
+Runs go to a pool of worker processes, each on one torch thread by default: one thread fixes the
+order of every float reduction, so the table is the same whatever thread count the machine would
+pick, and two single-thread runs side by side use two cores better than one run on two threads.
+``threads`` (``rlkit demo --threads 2 --workers 1``) reruns the table at another thread count.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ def run_overrides(method: str, seed: int, out_dir: Path, overrides=()) -> list[s
     ]
 
 
-def train_one(overrides: list[str], overwrite: bool = False) -> tuple[dict, dict]:
-    """One ``tiny-cpu`` run on one torch thread; (first, last) evaluation rows."""
+def train_one(overrides: list[str], overwrite: bool, threads: int) -> tuple[dict, dict]:
+    """One ``tiny-cpu`` run on ``threads`` torch threads; (first, last) evaluation rows."""
     import torch
 
     from rlkit.trainer import Trainer
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     evals = Trainer(load_config("tiny-cpu", overrides), overwrite=overwrite).train()
     return evals[0], evals[-1]
 
@@ -60,6 +61,7 @@ def run_demo(
     progress: bool = True,
     workers: int | None = None,
     overwrite: bool = False,
+    threads: int = 1,
 ) -> str:
     """Train every method on every seed under ``out_dir/METHOD/seedN`` (``overwrite``: replace
     the runs of a previous demo there) and return the summary table."""
@@ -67,11 +69,15 @@ def run_demo(
     jobs = {(m, s): run_overrides(m, s, out_dir, overrides) for m in METHODS for s in seeds}
     for job in jobs.values():
         load_config("tiny-cpu", job)  # every bad override fails here, before any run starts
-    workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
+    if threads < 1 or (workers is not None and workers < 1):
+        raise ValueError(f"threads and workers must be >= 1, got {threads} and {workers}")
+    workers = workers or max(1, min(len(jobs), (os.cpu_count() or 1) // threads))
     finished: dict[tuple[str, int], tuple[dict, dict]] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {pool.submit(train_one, job, overwrite): key for key, job in jobs.items()}
+        futures = {
+            pool.submit(train_one, job, overwrite, threads): key for key, job in jobs.items()
+        }
         bar = tqdm(total=len(futures), desc="demo runs", disable=not progress)
         for future in as_completed(futures):
             finished[futures[future]] = future.result()
@@ -85,8 +91,8 @@ def run_demo(
 
 
 def cell(values, scale: float = 100.0) -> str:
-    """``mean [95% CI]`` over seeds, or the single value when there is one seed."""
-    if len(values) < 2:
+    """``mean [95% CI]`` over seeds, or the single value when there is one (or all are equal)."""
+    if len(set(values)) < 2:
         return f"{values[0] * scale:.1f}"
     return format_interval(mean_ci(values), scale)
 

@@ -97,6 +97,46 @@ def test_rebuild_is_bit_identical(built, tmp_path):
     assert build_key(TASK, different_seed) != build_key(TASK, SMALL)
 
 
+def test_build_trains_on_one_thread_whatever_the_callers_setting(tmp_path, monkeypatch):
+    """One intra-op thread fixes the reduction order, so 1 and 2 threads give the same bits."""
+    seen, real = [], tiny.supervised_warm_start
+
+    def record(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiny, "supervised_warm_start", record)
+    threads = torch.get_num_threads()
+    digests = []
+    try:
+        for n in (2, 1):
+            torch.set_num_threads(n)
+            path = build_tiny_policy(TASK, SMALL, cache_dir=tmp_path / str(n), progress=False)
+            assert torch.get_num_threads() == n  # restored
+            digests.append(tiny.weights_digest(path))
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [1, 1]
+    assert digests[0] == digests[1]
+
+
+def test_weights_digest_of_a_directory_equals_that_of_the_loaded_model(built):
+    info = json.loads((built / BUILD_INFO).read_text())
+    model = AutoModelForCausalLM.from_pretrained(built)
+    assert tiny.weights_digest(built) == tiny.weights_digest(model.state_dict())
+    assert tiny.weights_digest(built) == info["weights_sha256"]
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1e-6
+    assert tiny.weights_digest(model.state_dict()) != info["weights_sha256"]
+
+
+def test_build_into_an_explicit_directory(tmp_path):
+    out = tmp_path / "ship" / "tiny"
+    assert build_tiny_policy(TASK, SMALL, out_dir=out, progress=False) == out
+    assert (out / BUILD_INFO).exists() and (out / "model.safetensors").exists()
+    assert [p.name for p in out.parent.iterdir()] == ["tiny"]  # no staging left behind
+
+
 def test_cache_hit_does_not_retrain(built, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("retrained")
