@@ -46,10 +46,12 @@ def run_overrides(method: str, seed: int, out_dir: Path, overrides=()) -> list[s
 def train_one(overrides: list[str], overwrite: bool, threads: int) -> tuple[dict, dict]:
     """One ``tiny-cpu`` run on ``threads`` torch threads; (first, last) evaluation rows."""
     import torch
+    import transformers
 
     from rlkit.trainer import Trainer
 
     torch.set_num_threads(threads)
+    transformers.logging.disable_progress_bar()  # one bar over all runs, in the parent
     evals = Trainer(load_config("tiny-cpu", overrides), overwrite=overwrite).train()
     return evals[0], evals[-1]
 
