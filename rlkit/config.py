@@ -119,6 +119,7 @@ class RolloutConfig:
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
+    generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -132,6 +133,7 @@ class RolloutConfig:
         _choice("rollout.order", self.order, ("shuffle", "topic", "difficulty"))
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
+        _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
         if self.overlong_buffer > self.max_new_tokens:
             raise ValueError(
                 f"rollout.overlong_buffer ({self.overlong_buffer}) must not exceed "
@@ -184,6 +186,8 @@ class OptimConfig:
     mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole batch
     micro_batch_size: int = 0  # sequences per forward pass (gradient accumulation); 0 = mini-batch
     max_nonfinite_skips: int = 3
+    logprob_micro_batch_size: int = 0  # sequences per no-grad log-prob pass; 0 = micro_batch_size
+    logprob_chunk_size: int = 0  # completion positions per output-head call; 0 = all at once
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
@@ -198,6 +202,8 @@ class OptimConfig:
         _positive("optim.mini_batch_size", self.mini_batch_size, strict=False)
         _positive("optim.micro_batch_size", self.micro_batch_size, strict=False)
         _positive("optim.max_nonfinite_skips", self.max_nonfinite_skips)
+        _positive("optim.logprob_micro_batch_size", self.logprob_micro_batch_size, strict=False)
+        _positive("optim.logprob_chunk_size", self.logprob_chunk_size, strict=False)
 
 
 @dataclass
@@ -208,12 +214,15 @@ class EvalConfig:
     num_problems: int = 200
     k: int = 4
     temperature: float = 1.0
+    at_start: bool = True  # evaluate the starting policy (step 0)
+    batch_size: int = 512  # rows per generate call (k samples of a problem stay together)
 
     def __post_init__(self):
         _positive("eval.every", self.every, strict=False)
         _positive("eval.num_problems", self.num_problems)
         _positive("eval.k", self.k)
         _positive("eval.temperature", self.temperature)
+        _positive("eval.batch_size", self.batch_size)
 
 
 @dataclass
@@ -227,6 +236,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = True
     progress: bool = True
+    log_entropy: bool = True  # log the policy entropy every step (AGPO computes it regardless)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

@@ -37,7 +37,7 @@ from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, maske
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import RolloutBatch, concat_rollouts, generate_rollouts, sequence_logprobs
+from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.loader import load_problems
@@ -238,6 +238,7 @@ class Trainer:
             self.scorer,
             k=self.cfg.eval.k,
             max_new_tokens=self.cfg.rollout.max_new_tokens,
+            batch_size=self.cfg.eval.batch_size,
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -246,12 +247,13 @@ class Trainer:
     ) -> Groups:
         """G completions per problem at its temperature, scored (spec §3 step 3)."""
         ro, g = self.cfg.rollout, self.cfg.rollout.group_size
-        rollouts = generate_rollouts(
+        rollouts = generate_in_batches(
             self.policy.model,
             self.policy.tokenizer,
             [p.prompt for p in problems for _ in range(g)],
             temperatures.repeat_interleave(g),
             ro.max_new_tokens,
+            ro.generation_batch_size or None,
             top_p=ro.top_p,
             top_k=ro.top_k,
         )
@@ -357,11 +359,19 @@ class Trainer:
             else torch.full((len(rollouts),), float(t))
         )
 
+    def logprobs(self, model, rollouts, temps, compute_entropy=False, micro=None):
+        """`sequence_logprobs` in the configured memory bounds: ``micro`` rows per pass (default
+        the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size`` positions per head call."""
+        opt = self.cfg.optim
+        micro = micro or opt.logprob_micro_batch_size or opt.micro_batch_size or None
+        return sequence_logprobs(
+            model, rollouts, temps, compute_entropy, micro, opt.logprob_chunk_size or None
+        )
+
     @torch.no_grad()
     def reference_logprobs(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
-        micro = self.cfg.optim.micro_batch_size or None
         with self.policy.reference() as ref_model:
-            return sequence_logprobs(ref_model, rollouts, temps, micro_batch_size=micro)[0]
+            return self.logprobs(ref_model, rollouts, temps)[0]
 
     def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
         """μ epochs of clipped-surrogate updates over mini-batches (spec §4)."""
@@ -385,7 +395,7 @@ class Trainer:
                 for mstart in range(0, len(mb), micro):
                     idx = mb[mstart : mstart + micro]
                     sub = rollouts.select(idx)
-                    logp, _ = sequence_logprobs(self.policy.model, sub, temps[idx])
+                    logp, _ = self.logprobs(self.policy.model, sub, temps[idx], micro=len(idx))
                     m = sub.completion_mask
                     loss_tok, clip = clipped_surrogate(
                         logp,
@@ -446,8 +456,7 @@ class Trainer:
     @torch.no_grad()
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
         """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (spec §3 step 5)."""
-        micro = self.cfg.optim.micro_batch_size or None
-        new_logp, _ = sequence_logprobs(self.policy.model, rollouts, temps, micro_batch_size=micro)
+        new_logp, _ = self.logprobs(self.policy.model, rollouts, temps)
         return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
 
     # ---------------------------------------------------------------------- step
@@ -464,10 +473,9 @@ class Trainer:
         advantages = result.advantages.reshape(-1).to(rollouts.input_ids.device)
 
         temps = self.ratio_temperatures(rollouts)
-        micro = cfg.optim.micro_batch_size or None
         with torch.no_grad():
-            old_logp, entropy = sequence_logprobs(
-                self.policy.model, rollouts, temps, compute_entropy=True, micro_batch_size=micro
+            old_logp, entropy = self.logprobs(
+                self.policy.model, rollouts, temps, cfg.agpo.enabled or cfg.log_entropy
             )
         ref_logp = self.reference_logprobs(rollouts, temps)
         mask = rollouts.completion_mask
@@ -497,7 +505,6 @@ class Trainer:
             "advantages/mean": advantages.mean(),
             "advantages/std": advantages.std() if advantages.numel() > 1 else 0.0,
             "advantages/abs_max": advantages.abs().max(),
-            "entropy": masked_mean(entropy, mask),
             "completions/mean_length": lengths.mean(),
             "completions/max_length": lengths.max(),
             "completions/clipped_ratio": rollouts.truncated.float().mean(),
@@ -511,6 +518,8 @@ class Trainer:
             "time/update": t_update,
             **update,
         }
+        if cfg.log_entropy:
+            metrics["entropy"] = masked_mean(entropy, mask)
         if cfg.algo.estimator == "ebpo":
             d = result.diagnostics
             metrics |= {"ebpo/shrinkage_mean": d["shrinkage"].mean(), "ebpo/mu_glob": d["mu_glob"]}
@@ -556,6 +565,7 @@ class Trainer:
             ev.k,
             ev.temperature,
             self.cfg.rollout.max_new_tokens,
+            ev.batch_size,
         )
 
     def state_dict(self) -> dict:
@@ -607,7 +617,7 @@ class Trainer:
         step) are logged with the step's metrics under ``eval/…`` and returned."""
         cfg = self.cfg
         evals = []
-        if self.step_count == 0:
+        if self.step_count == 0 and cfg.eval.at_start:
             evals.append({"step": 0, **self.evaluate()})
             self.logger.log(0, evals[-1])
         bar = tqdm(
