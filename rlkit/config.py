@@ -56,6 +56,7 @@ class TaskConfig:
     name: str = "arithmetic"
     eval_name: str | None = None  # defaults to the eval split of ``name``
     template: str = "plain"
+    chat_template: bool = False  # render prompts with the tokenizer's chat template
     num_train: int = 2000
     num_eval: int = 200
     reward: str = "exact_match"

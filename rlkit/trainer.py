@@ -40,6 +40,7 @@ from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
+from rlkit.tasks.chat import chat_problems
 from rlkit.tasks.loader import load_problems
 
 
@@ -180,6 +181,9 @@ class Trainer:
         self.policy: Policy = load_policy(ModelSpec(**spec))
         self.pad_id = self.policy.tokenizer.pad_token_id
         self.train_problems, eval_problems = load_problems(cfg.task)
+        if cfg.task.chat_template:
+            self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
+            eval_problems = chat_problems(eval_problems, self.policy.tokenizer)
         self.eval_problems = eval_problems[: cfg.eval.num_problems]
         self.scorer = RewardScorer(
             get_reward_fn(cfg.task.reward),

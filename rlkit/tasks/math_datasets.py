@@ -5,15 +5,21 @@
 becomes a `Problem` whose prompt is the question rendered with a template from `TEMPLATES`; the
 answer is cleaned by `clean_answer` (GSM8K keeps only what follows ``####``).
 Field names can be dotted paths into nested rows (``reward_model.ground_truth``, ``prompt.0.content``).
+Rows are deduplicated by cleaned question, column-wise (DAPO-Math-17k repeats each prompt about
+100 times), and the result is cached in ``$RLKIT_CACHE/datasets`` after the first load.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.cache import default_cache_dir
 from rlkit.tasks.base import Problem
 
 TEMPLATES = {
@@ -24,6 +30,7 @@ TEMPLATES = {
 QUESTION_FIELDS = ("question", "problem", "prompt")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+CACHE_FORMAT = 1  # bump when the cached rows (cleaning, fields) change
 
 
 def clean_answer(answer) -> str:
@@ -61,10 +68,11 @@ class DatasetSpec:
     clean_question: Callable[[str], str] = str.strip
     topic_field: str | None = None
     difficulty_field: str | None = None
+    eval_split: str | None = None  # a held-out split to evaluate on (GSM8K trains on train)
 
 
 DATASETS = {
-    "gsm8k": DatasetSpec("openai/gsm8k", "test", "question", "answer", "main"),
+    "gsm8k": DatasetSpec("openai/gsm8k", "train", "question", "answer", "main", eval_split="test"),
     "math500": DatasetSpec(
         "HuggingFaceH4/MATH-500",
         "test",
@@ -104,11 +112,39 @@ def resolve_spec(name: str) -> DatasetSpec:
     return DATASETS[key]
 
 
-def _field(row: dict, path: str):
-    value = row
-    for part in path.split("."):
-        value = value[int(part)] if isinstance(value, list) else value[part]
-    return value
+def eval_split(source: str | Path) -> str | None:
+    """The split to evaluate a named dataset on (None: its only split, or a local file)."""
+    if Path(source).suffix in LOCAL_FORMATS:
+        return None
+    return resolve_spec(str(source)).eval_split
+
+
+def _column(table, path: str) -> list:
+    """A dotted field path (``prompt.0.content``) of every row, read column-wise with Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    first, *rest = path.split(".")
+    values = table.column(first).combine_chunks()
+    for part in rest:
+        if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+            values = pc.list_element(values, int(part))
+        else:
+            values = pc.struct_field(values, part)
+    return values
+
+
+def _unique_rows(table, question_field: str, clean_question) -> list[tuple[int, str]]:
+    """(row index, cleaned question) of the first row of each distinct cleaned question, in
+    file order. Hashing runs column-wise (DAPO-Math-17k repeats each of its ~17k prompts about
+    100 times in ~1.8 M rows); ``clean_question`` then runs once per distinct raw question."""
+    import pandas as pd
+
+    raw = pd.Series(_column(table, question_field).to_pandas()).drop_duplicates()
+    first: dict[str, int] = {}
+    for index, question in zip(raw.index.tolist(), raw.tolist()):
+        first.setdefault(clean_question(question), index)
+    return [(index, question) for question, index in first.items()]
 
 
 def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> str:
@@ -143,19 +179,63 @@ def load_math_problems(
         raise ValueError(f"template: unknown template {template!r}; known: {sorted(TEMPLATES)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
-
     path = Path(source)
     if path.suffix in LOCAL_FORMATS:
         if not path.exists():
             raise FileNotFoundError(f"dataset file not found: {path}")
-        rows = datasets.load_dataset(
-            LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"
-        )
+        stat = path.stat()
         spec, name = None, path.stem
+        origin = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
     else:
         spec, name = resolve_spec(str(source)), str(source).lower()
-        rows = datasets.load_dataset(spec.hub_id, spec.config, split=split or spec.split)
+        split = split or spec.split
+        origin = [spec.hub_id, spec.config, split]
+    payload = json.dumps([CACHE_FORMAT, origin, question_field, answer_field])
+    cache = (
+        default_cache_dir()
+        / "datasets"
+        / f"{name}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}.json"
+    )
+    if cache.exists():
+        rows = json.loads(cache.read_text())
+    else:
+        rows = _distinct_rows(
+            path if spec is None else spec, split, name, question_field, answer_field
+        )
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rows))
+        tmp.replace(cache)
+    return [
+        Problem(
+            id=f"{name}/{row['index']}",
+            prompt=TEMPLATES[template].format(question=row["question"]),
+            answer=row["answer"],
+            topic=row["topic"],
+            difficulty=row["difficulty"],
+        )
+        for row in rows[:limit]
+    ]
+
+
+def _distinct_rows(
+    source: Path | DatasetSpec,
+    split: str | None,
+    name: str,
+    question_field: str | None,
+    answer_field: str | None,
+) -> list[dict]:
+    """Index, cleaned question and answer, topic and difficulty of the first row of each
+    distinct question, in file order."""
+    import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+
+    spec = source if isinstance(source, DatasetSpec) else None
+    if spec is None:
+        rows = datasets.load_dataset(
+            LOCAL_FORMATS[source.suffix], data_files=str(source), split="train"
+        )
+    else:
+        rows = datasets.load_dataset(spec.hub_id, spec.config, split=split)
     if len(rows) == 0:
         return []
     first = rows[0]
@@ -165,22 +245,23 @@ def load_math_problems(
     answer_field = answer_field or (
         spec.answer_field if spec else _detect(first, ANSWER_FIELDS, "answer", name)
     )
-    clean_question = spec.clean_question if spec else str.strip
-    problems, seen = [], set()
-    for index, row in enumerate(rows):
-        if limit is not None and len(problems) >= limit:
-            break
-        question = clean_question(_field(row, question_field))
-        if question in seen:
-            continue
-        seen.add(question)
-        problems.append(
-            Problem(
-                id=f"{name}/{index}",
-                prompt=TEMPLATES[template].format(question=question),
-                answer=clean_answer(_field(row, answer_field)),
-                topic=str(row[spec.topic_field]) if spec and spec.topic_field else "",
-                difficulty=int(row[spec.difficulty_field]) if spec and spec.difficulty_field else 0,
-            )
-        )
-    return problems
+    table = rows.with_format("arrow")[:]
+    kept = _unique_rows(table, question_field, spec.clean_question if spec else str.strip)
+    take = [index for index, _ in kept]
+
+    def column(field: str | None) -> list:
+        return _column(table, field).take(take).to_pylist() if field else [None] * len(take)
+
+    answers = column(answer_field)
+    topics = column(spec.topic_field if spec else None)
+    difficulties = column(spec.difficulty_field if spec else None)
+    return [
+        {
+            "index": index,
+            "question": question,
+            "answer": clean_answer(answer),
+            "topic": "" if topic is None else str(topic),
+            "difficulty": 0 if difficulty is None else int(difficulty),
+        }
+        for (index, question), answer, topic, difficulty in zip(kept, answers, topics, difficulties)
+    ]
