@@ -277,6 +277,21 @@ def _cast_frozen_to_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) ->
             param.data = param.data.to(dtype)
 
 
+def _keep_cpu_4bit_trainable(model: torch.nn.Module) -> None:
+    """Stop bitsandbytes repacking 4-bit weights for its CPU inference kernel.
+
+    On the CPU (bitsandbytes 0.50), the first no-grad eval-mode forward of a `Linear4bit` (a
+    generation) repacks its weight in place for an AVX512-BF16 kernel that has no autograd: every
+    later forward, training included, returns no gradient to the layer's input, so only the
+    LoRA matrices next to the residual stream (o_proj, down_proj) still train. The repacking also
+    fails for layers narrower than a quantization block (64). Without it the CPU uses the
+    ordinary dequantize-and-matmul path; CUDA is unaffected.
+    """
+    for module in model.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+
+
 def load_policy(spec: ModelSpec) -> Policy:
     """Load `spec.name_or_path` and make it trainable as `spec.mode` says."""
     tokenizer = load_tokenizer(spec)
@@ -294,5 +309,6 @@ def load_policy(spec: ModelSpec) -> Policy:
         model = get_peft_model(model, _lora_config(spec))
     if spec.mode == "qlora":
         _cast_frozen_to_compute_dtype(model, spec.dtype)
+        _keep_cpu_4bit_trainable(model)
     model.train()
     return Policy(model, tokenizer, spec, reference_model)
