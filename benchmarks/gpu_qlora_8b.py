@@ -204,6 +204,7 @@ def run_model(name: str, args, work_dir: Path) -> dict:
             f"rollout.max_new_tokens={new_tokens}",
             f"rollout.generation_batch_size={args.generation_batch_size or rows}",
             "rollout.truncated=keep",  # a random model's completions are all truncated
+            f"rollout.engine={args.engine}",
             f"optim.mini_batch_size={rows}",
             f"optim.micro_batch_size={args.micro_batch_size}",
             f"optim.logprob_micro_batch_size={args.logprob_micro_batch_size}",
@@ -268,6 +269,7 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     final_norms = norms[-1]
     result = {
         "model": name,
+        "engine": args.engine,
         "shape": {
             k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")
         },
@@ -308,7 +310,7 @@ def markdown(report: dict) -> str:
     for r in report["models"].values():
         lines += [
             "",
-            f"## {r['model']}: {r['rows']} rows × ({r['prompt_tokens']} prompt + "
+            f"## {r['model']} ({r['engine']} engine): {r['rows']} rows × ({r['prompt_tokens']} prompt + "
             f"{r['max_new_tokens']} new tokens)",
             "",
             f"| phase | measured peak {unit_name} | plan {unit_name} | plan / measured |",
@@ -342,6 +344,7 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="vllm: needs vLLM")
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--generation-batch-size", type=int, default=0, help="0: all rows")

@@ -121,6 +121,8 @@ class RolloutConfig:
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
     generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
+    engine: str = "hf"  # hf | vllm (optional extra; LoRA / QLoRA only)
+    vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -135,6 +137,9 @@ class RolloutConfig:
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
         _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
+        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        if not 0 < self.vllm_memory < 1:
+            raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:
             raise ValueError(
                 f"rollout.overlong_buffer ({self.overlong_buffer}) must not exceed "

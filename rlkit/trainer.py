@@ -180,6 +180,11 @@ class Trainer:
         spec["name_or_path"] = resolve_model_path(cfg)
         self.policy: Policy = load_policy(ModelSpec(**spec))
         self.pad_id = self.policy.tokenizer.pad_token_id
+        self.engine = None
+        if cfg.rollout.engine == "vllm":
+            from rlkit.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine(self.policy, cfg.rollout.vllm_memory, cfg.seed)
         self.train_problems, eval_problems = load_problems(cfg.task)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
@@ -251,16 +256,23 @@ class Trainer:
     ) -> Groups:
         """G completions per problem at its temperature, scored (spec §3 step 3)."""
         ro, g = self.cfg.rollout, self.cfg.rollout.group_size
-        rollouts = generate_in_batches(
-            self.policy.model,
-            self.policy.tokenizer,
+        prompts, temps = (
             [p.prompt for p in problems for _ in range(g)],
             temperatures.repeat_interleave(g),
-            ro.max_new_tokens,
-            ro.generation_batch_size or None,
-            top_p=ro.top_p,
-            top_k=ro.top_k,
         )
+        if self.engine is not None:
+            rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
+        else:
+            rollouts = generate_in_batches(
+                self.policy.model,
+                self.policy.tokenizer,
+                prompts,
+                temps,
+                ro.max_new_tokens,
+                ro.generation_batch_size or None,
+                top_p=ro.top_p,
+                top_k=ro.top_k,
+            )
         t0 = time.perf_counter()
         scored = self.scorer.score(
             rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
