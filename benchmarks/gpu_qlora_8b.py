@@ -250,9 +250,11 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     settings = plan.settings()
     entropy = cfg.agpo.enabled or cfg.log_entropy
     chunk = settings["optim.logprob_chunk_size"]
-    phases = {
-        "weights (after loading)": (loaded, plan.weights()),
-        "resident after two steps (+ LoRA grads, AdamW)": (resident, plan.resident()),
+    lora_bytes = plan.shape.lora_params * 4  # one fp32 copy of the adapter
+    phases = {  # measured (None on the CPU), plan
+        "weights + LoRA (after loading)": (loaded, plan.weights() + lora_bytes),
+        # between steps the gradients are freed (set_to_none); AdamW's two moments stay
+        "resident after two steps (+ AdamW)": (resident, plan.resident() - lora_bytes),
         f"generation ({settings['rollout.generation_batch_size']} rows)": (
             meter.peak("generation"),
             plan.generation(settings["rollout.generation_batch_size"]),

@@ -8,5 +8,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 out="${OUT:-runs/bench-qlora-8b}"
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt" || true
 python3 benchmarks/gpu_qlora_8b.py --out "$out" "$@" 2>&1 | tee "$out/log.txt"

@@ -72,8 +72,9 @@ class RowTemperatureLogitsProcessor(LogitsProcessor):
                 f"RowTemperatureLogitsProcessor has {self.temperatures.shape[0]} temperatures "
                 f"but the batch has {scores.shape[0]} rows"
             )
-        temperatures = self.temperatures.to(device=scores.device, dtype=scores.dtype)
-        return scores / temperatures[:, None]
+        if self.temperatures.device != scores.device or self.temperatures.dtype != scores.dtype:
+            self.temperatures = self.temperatures.to(device=scores.device, dtype=scores.dtype)
+        return scores / self.temperatures[:, None]  # moved once, not at every decoding step
 
 
 def sampling_processors(
