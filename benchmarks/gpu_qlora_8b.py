@@ -181,12 +181,19 @@ def lora_grad_norms(model) -> dict[str, dict[str, float]]:
     return {m: {p: math.sqrt(v) for p, v in d.items()} for m, d in sums.items()}
 
 
+def log(name: str, message: str, start: float) -> None:
+    """Progress with elapsed seconds, so a run cut off at its time limit shows where it was."""
+    print(f"[{name} +{time.perf_counter() - start:.0f}s] {message}", flush=True)
+
+
 def run_model(name: str, args, work_dir: Path) -> dict:
     cuda = args.device == "cuda"
+    begin = time.perf_counter()
     prompt_tokens, new_tokens = (16, 16) if args.tiny else (512, 1024)
     t0 = time.perf_counter()
     path = save_random_model(name, args.tiny, args.device, work_dir)
     build_s = time.perf_counter() - t0
+    log(name, f"random model built and saved to {path}", begin)
     config = model_config(name, args.tiny)
     rows = args.prompts * args.group_size
     cfg = load_config(
@@ -226,6 +233,7 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     t0 = time.perf_counter()
     trainer = Trainer(cfg)
     load_s = time.perf_counter() - t0
+    log(name, "loaded in 4-bit through Trainer", begin)
     loaded = torch.cuda.memory_allocated() if cuda else None
     trainer.train_problems = problems(config, prompt_tokens)
     trainer.sampler = PromptSampler(trainer.train_problems, "shuffle", cfg.seed)
@@ -242,7 +250,10 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         return step_fn(*a, **k)
 
     trainer.optimizer.step = step_with_norms
-    steps = [trainer.step() for _ in range(2)]
+    steps = []
+    for _ in range(2):
+        steps.append(trainer.step())
+        log(name, f"training step {len(steps)} done", begin)
     resident = torch.cuda.memory_allocated() if cuda else None
 
     last = steps[-1]

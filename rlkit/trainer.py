@@ -6,7 +6,8 @@ One step, top to bottom (:meth:`Trainer.step`):
 2. AGPO only: probe statistics (``full`` | ``previous`` | ``reuse``) → per-prompt τ_t;
 3. sample G completions per prompt at its temperature and score them;
 4. advantages from the registry estimator;
-5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy;
+5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy (AGPO,
+   or when ``log_entropy``);
 6. AGPO only: per-prompt clip radius ε;
 7. μ update epochs over mini-batches with gradient accumulation;
 8. AGPO only: the step KL after the update feeds the clip controller;
