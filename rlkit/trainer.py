@@ -522,6 +522,7 @@ class Trainer:
             "advantages/mean": advantages.mean(),
             "advantages/std": advantages.std() if advantages.numel() > 1 else 0.0,
             "advantages/abs_max": advantages.abs().max(),
+            **({"entropy": masked_mean(entropy, mask)} if cfg.log_entropy else {}),
             "completions/mean_length": lengths.mean(),
             "completions/max_length": lengths.max(),
             "completions/clipped_ratio": rollouts.truncated.float().mean(),
@@ -535,8 +536,6 @@ class Trainer:
             "time/update": t_update,
             **update,
         }
-        if cfg.log_entropy:
-            metrics["entropy"] = masked_mean(entropy, mask)
         if cfg.algo.estimator == "ebpo":
             d = result.diagnostics
             metrics |= {"ebpo/shrinkage_mean": d["shrinkage"].mean(), "ebpo/mu_glob": d["mu_glob"]}
