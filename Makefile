@@ -1,10 +1,11 @@
-# The two quick-start commands: `make demo` (main job) and `make test` (whole suite).
-# Both create the virtual environment .venv on first use (CPU torch 2.13.0 + rlkit[test]).
+# The quick-start commands: `make demo` (main job), `make test` (whole suite) and
+# `make notebooks` (JupyterLab on notebooks/). All create the virtual environment .venv on first
+# use (CPU torch 2.13.0 + rlkit[test]; `make notebooks` adds the `notebooks` extra).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench clean notebooks notebooks-full
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +16,25 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+$(BIN)/.notebooks: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e ".[test,notebooks]"
+	touch $@
+
 demo: venv
-	$(BIN)/rlkit demo
+	$(BIN)/rlkit demo --overwrite
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
 # when it collects no test, so an empty run fails.
 test: venv
 	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider
+
+notebooks: $(BIN)/.notebooks
+	cd notebooks && ../$(BIN)/jupyter lab
+
+# Re-execute every notebook at full scale (one thread; minutes), then check that each figure the
+# README's notebooks table quotes in backticks still appears in that notebook's outputs.
+notebooks-full: $(BIN)/.notebooks
+	OMP_NUM_THREADS=1 $(BIN)/python notebooks/execute_full.py
 
 bench: venv
 	$(BIN)/python benchmarks/bench_estimators.py

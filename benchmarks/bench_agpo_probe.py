@@ -2,7 +2,7 @@
 
 AGPO as published (``probe: full``) samples a whole extra group per prompt before the training
 group; ``previous`` reuses the prompt's last training statistics (no extra generation) and
-``reuse`` trains on the probe where τ_t = τ_base (spec §3). For each arm this runs the same
+``reuse`` trains on the probe where τ_t = τ_base (docs/algorithms.md §3). For each arm this runs the same
 ``tiny-cpu`` steps (same seed, same prompts) and prints the median step time, the tokens generated
 per step (training + probe) and both as ratios to GRPO.
 

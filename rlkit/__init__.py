@@ -2,7 +2,7 @@
 
 GRPO and its relatives, EBPO (empirical-Bayes shrinkage baseline, arXiv 2602.05165) and AGPO
 (adaptive clipping and adaptive sampling temperature, arXiv 2605.20722). The formulas follow
-``shared/spec/algorithms.md``; each function's docstring names the section it implements.
+``docs/algorithms.md``; each function's docstring names the section it implements.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Advantage estimators behind one interface and a registry by name (spec §1, §2).
+"""Advantage estimators behind one interface and a registry by name (docs/algorithms.md §1, §2).
 
 Every estimator maps a ``[P, G]`` reward tensor (P prompts, G completions each) to ``[P, G]``
 advantages plus a diagnostics dict. Estimators are pure functions of the whole batch's rewards and
@@ -18,6 +18,8 @@ import torch
 from rlkit.stats import RunningMoments, dispersion, group_std
 
 ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
+# Largest |reward| accepted: squares and sums over a batch stay far inside float64 (max ~1.8e308).
+MAX_ABS_REWARD = 1e150
 
 
 def register(name: str):
@@ -52,6 +54,7 @@ class AdvantageEstimator:
     """
 
     name = "base"
+    min_group_size = 2  # G = 1 leaves no group baseline: every advantage would be 0
 
     def __call__(
         self, rewards: torch.Tensor, cluster_ids: torch.Tensor | None = None
@@ -84,7 +87,8 @@ class AdvantageEstimator:
 
 
 def check_rewards(rewards: torch.Tensor) -> torch.Tensor:
-    """A finite, floating ``[P, G]`` tensor with P, G ≥ 1, or a ValueError saying what is wrong."""
+    """A finite, floating ``[P, G]`` tensor with P, G ≥ 1 and |r| ≤ :data:`MAX_ABS_REWARD`, or a
+    ValueError saying what is wrong."""
     if not isinstance(rewards, torch.Tensor):
         raise ValueError(
             f"rewards must be a torch.Tensor of shape [P, G], got {type(rewards).__name__}"
@@ -99,6 +103,12 @@ def check_rewards(rewards: torch.Tensor) -> torch.Tensor:
         rewards = rewards.to(torch.float32)
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
+    largest = float(rewards.abs().max())
+    if largest > MAX_ABS_REWARD:
+        raise ValueError(
+            f"rewards must satisfy |r| <= {MAX_ABS_REWARD:g} (got {largest:g}): their squares "
+            "(variances) would overflow float64; rescale the reward"
+        )
     return rewards
 
 
@@ -124,7 +134,7 @@ def centered(rewards: torch.Tensor) -> torch.Tensor:
 
 
 def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.Tensor:
-    """EBPO's batch normalisation over all P·G entries (spec §2): ``whiten`` →
+    """EBPO's batch normalisation over all P·G entries (docs/algorithms.md §2): ``whiten`` →
     (x − mean) / (std + eps) with the ddof = 1 std (as verl), ``center`` → x − mean, ``none``."""
     if mode not in ("whiten", "center", "none"):
         raise ValueError(f"unknown EBPO whitening {mode!r}; known: 'whiten', 'center', 'none'")
@@ -138,7 +148,7 @@ def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.
 
 @register("grpo")
 class GRPO(AdvantageEstimator):
-    """A = (r − mean_p) / (std_p + eps)  (spec §1; std with ``std_ddof``, TRL's eps = 1e-4)."""
+    """A = (r − mean_p) / (std_p + eps)  (docs/algorithms.md §1; std with ``std_ddof``, TRL's eps = 1e-4)."""
 
     def __init__(self, std_ddof: int = 1, eps: float = 1e-4):
         if std_ddof not in (0, 1):
@@ -154,7 +164,7 @@ class GRPO(AdvantageEstimator):
 
 @register("dr_grpo")
 class DrGRPO(AdvantageEstimator):
-    """A = r − mean_p  (spec §1; Dr. GRPO, arXiv 2503.20783: no std division)."""
+    """A = r − mean_p  (docs/algorithms.md §1; Dr. GRPO, arXiv 2503.20783: no std division)."""
 
     def compute(self, rewards, cluster_ids):
         return centered(rewards), {}
@@ -162,7 +172,7 @@ class DrGRPO(AdvantageEstimator):
 
 @register("rloo")
 class RLOO(AdvantageEstimator):
-    """A_i = r_i − mean_{j≠i} r_j  (spec §1; leave-one-out). A group of one gets A = 0."""
+    """A_i = r_i − mean_{j≠i} r_j  (docs/algorithms.md §1; leave-one-out). A group of one gets A = 0."""
 
     def compute(self, rewards, cluster_ids):
         g = rewards.shape[1]
@@ -174,7 +184,7 @@ class RLOO(AdvantageEstimator):
 
 @register("agpo")
 class AGPOAdvantage(AdvantageEstimator):
-    """A = (r − mean_p) / max(disp_p, 1e-8), disp ∈ {std, mad, iqr} of the training group (spec §1)."""
+    """A = (r − mean_p) / max(disp_p, 1e-8), disp ∈ {std, mad, iqr} of the training group (docs/algorithms.md §1)."""
 
     def __init__(self, dispersion: str = "std"):
         if dispersion not in ("std", "mad", "iqr"):
@@ -188,7 +198,7 @@ class AGPOAdvantage(AdvantageEstimator):
 
 @register("ebpo")
 class EBPO(AdvantageEstimator):
-    """Empirical-Bayes shrinkage baseline with batch whitening (spec §2, EBPO Algorithm 1).
+    """Empirical-Bayes shrinkage baseline with batch whitening (docs/algorithms.md §2, EBPO Algorithm 1).
 
         S_q = (σ²/G) / (σ²/G + τ²)          (S = 1 where σ²/G + τ² ≤ 1e-6)
         V_q = (1 − S_q)·μ_group,q + S_q·μ_glob
@@ -202,6 +212,8 @@ class EBPO(AdvantageEstimator):
     ``cluster_ids`` each cluster has its own accumulators; a cluster whose accumulator holds fewer
     than ``min_cluster_count`` group means uses the global one.
     """
+
+    min_group_size = 1  # the prior μ_glob is a baseline even for a group of one
 
     def __init__(
         self,

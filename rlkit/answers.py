@@ -1,4 +1,4 @@
-"""Final-answer extraction and vote entropy over a group's answers (spec §3 step 1)."""
+"""Final-answer extraction and vote entropy over a group's answers (docs/algorithms.md §3 step 1)."""
 
 from __future__ import annotations
 

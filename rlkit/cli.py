@@ -2,11 +2,13 @@
 
 rlkit train                                   # the tiny-cpu preset: no GPU, no download
 rlkit train --config qwen3-8b-qlora algo.estimator=ebpo rollout.group_size=4
-rlkit train --config my.yaml --resume         # continue from the run's latest checkpoint
+rlkit train --resume output_dir=runs/my-run    # continue from the run's latest checkpoint
+rlkit train --config my.yaml --overwrite       # replace the run in my.yaml's output_dir
 rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
 rlkit plan --config qwen3-8b-qlora --gpu-mem 24   # peak GPU memory per phase, without loading
 rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
+rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
 
 from __future__ import annotations
@@ -19,11 +21,19 @@ from pathlib import Path
 
 def _train(args) -> None:
     from rlkit.config import load_config
-    from rlkit.trainer import Trainer
+    from rlkit.rundir import saved_config
+    from rlkit.trainer import NonFiniteError, Trainer
 
-    cfg = load_config(args.config, args.overrides)
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    cfg = load_config(args.config or "tiny-cpu", args.overrides)
+    if args.resume and args.config is None:  # the run's own config.yaml, plus the overrides
+        cfg = saved_config(Path(cfg.output_dir), args.overrides)
     _check_gpu_memory(cfg)
-    evals = Trainer(cfg, resume=args.resume).train()
+    try:
+        evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
+    except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
+        raise ValueError(str(err)) from None
     for row in evals:
         print(json.dumps(row))
     print(f"run saved in {cfg.output_dir}")
@@ -55,18 +65,23 @@ def _plan(args) -> None:
 def _eval(args) -> None:
     from rlkit.checkpoint import latest_checkpoint
     from rlkit.config import load_config
+    from rlkit.rundir import saved_config
     from rlkit.trainer import Trainer
 
-    config = args.config
-    if args.checkpoint:
-        if latest_checkpoint(Path(args.checkpoint)) is None:
-            raise ValueError(f"no checkpoint in {args.checkpoint}")
-        config = config or str(Path(args.checkpoint) / "config.yaml")
     overrides = [*args.overrides, "tensorboard=false"]
-    if args.checkpoint:
-        overrides.append(f"output_dir={args.checkpoint}")
-    trainer = Trainer(load_config(config or "tiny-cpu", overrides), resume=bool(args.checkpoint))
-    print(json.dumps({"step": trainer.step_count, **trainer.evaluate()}))
+    run_dir = Path(args.checkpoint) if args.checkpoint else None
+    if run_dir is not None and latest_checkpoint(run_dir) is None:
+        raise ValueError(f"no checkpoint in {run_dir}")
+    if run_dir is not None and not args.config:
+        cfg = saved_config(run_dir, overrides)  # trust_remote_code only from the command line
+    else:
+        where = [f"output_dir={run_dir}"] if run_dir is not None else []
+        cfg = load_config(args.config or "tiny-cpu", [*overrides, *where])
+    trainer = Trainer(cfg, resume=run_dir is not None, read_only=True)
+    try:
+        print(json.dumps({"step": trainer.step_count, **trainer.evaluate()}))
+    finally:
+        trainer.close()
 
 
 def _plot(args) -> None:
@@ -79,8 +94,23 @@ def _plot(args) -> None:
 def _demo(args) -> None:
     from rlkit.demo import run_demo
 
-    print(run_demo(args.out, tuple(args.seeds), tuple(args.overrides)))
+    print(
+        run_demo(
+            args.out,
+            tuple(args.seeds),
+            tuple(args.overrides),
+            workers=args.workers,
+            overwrite=args.overwrite,
+        )
+    )
     print(f"figure and table in {args.out}")
+
+
+def _build_tiny(args) -> None:
+    from rlkit.models.tiny import build_tiny_policy, weights_digest
+
+    path = build_tiny_policy(out_dir=args.out)
+    print(f"{path}  weights sha256 {weights_digest(path)}")
 
 
 def _presets(args) -> None:
@@ -97,9 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a policy")
     train.add_argument(
-        "--config", default="tiny-cpu", help="preset name or YAML path (default tiny-cpu)"
+        "--config",
+        help="preset name or YAML path (default tiny-cpu; with --resume, the run's config.yaml)",
     )
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in output_dir from its latest intact checkpoint, with its saved "
+        "config (only steps, checkpoint/eval cadence and logging may change)",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a non-empty output_dir, replacing the previous run's files",
+    )
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algo.estimator=ebpo")
     train.set_defaults(func=_train)
 
@@ -126,9 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="GRPO vs EBPO vs AGPO on the built-in task (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")
-    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    demo.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    demo.add_argument(
+        "--workers", type=int, help="parallel single-thread runs (default: one per CPU core)"
+    )
+    demo.add_argument("--overwrite", action="store_true", help="replace a previous demo's runs")
     demo.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     demo.set_defaults(func=_demo)
+
+    build = sub.add_parser(
+        "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"
+    )
+    build.add_argument("--out", required=True, help="directory to write (must not exist)")
+    build.set_defaults(func=_build_tiny)
 
     presets = sub.add_parser("presets", help="list the shipped config presets")
     presets.set_defaults(func=_presets)

@@ -9,8 +9,12 @@ an unknown key or a bad value raises ``ValueError`` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
+import os
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +22,10 @@ from typing import Any
 import yaml
 
 from rlkit.advantages import ESTIMATORS
+from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
-from rlkit.models.loading import ModelSpec
+from rlkit.models.spec import ModelSpec
+from rlkit.tasks.arithmetic import arithmetic_task
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -38,7 +44,7 @@ def _positive(key: str, value: float, strict: bool = True) -> None:
 
 @dataclass
 class ModelConfig(ModelSpec):
-    """The policy (see :class:`rlkit.models.loading.ModelSpec`). ``builtin:tiny`` is the tiny
+    """The policy (see :class:`rlkit.models.spec.ModelSpec`). ``builtin:tiny`` is the tiny
     Llama the project warm-starts itself on the arithmetic task."""
 
     name_or_path: str = BUILTIN_MODEL
@@ -55,17 +61,22 @@ class TaskConfig:
 
     name: str = "arithmetic"
     eval_name: str | None = None  # defaults to the eval split of ``name``
+    arithmetic: dict = field(default_factory=dict)  # ArithmeticTask fields, e.g. {"topics": [...]}
     template: str = "plain"
     chat_template: bool = False  # render prompts with the tokenizer's chat template
     num_train: int = 2000
     num_eval: int = 200
     reward: str = "exact_match"
-    reward_workers: int = 0
+    reward_workers: int = 0  # 0: score in-process, where reward_timeout_s is not enforced
     reward_timeout_s: float = 10.0
     on_reward_error: str = "warn"
 
     def __post_init__(self):
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
+        if self.arithmetic:
+            if self.name != "arithmetic":
+                raise ValueError("task.arithmetic only applies to task.name=arithmetic")
+            arithmetic_task(self.arithmetic)  # unknown fields and bad values fail here
         _choice("task.on_reward_error", self.on_reward_error, ("warn", "raise"))
         _positive("task.num_train", self.num_train)
         _positive("task.num_eval", self.num_eval)
@@ -75,7 +86,7 @@ class TaskConfig:
 
 @dataclass
 class AlgoConfig:
-    """Advantage estimator (spec §1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO."""
+    """Advantage estimator (docs/algorithms.md §1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO."""
 
     estimator: str = "grpo"
     options: dict = field(default_factory=dict)
@@ -89,7 +100,7 @@ class AlgoConfig:
 
 @dataclass
 class AGPOConfig:
-    """AGPO controllers (spec §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
+    """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
 
     enabled: bool = False
     probe: str = "full"  # full | previous | reuse
@@ -115,7 +126,9 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0
     truncated: str = "keep"  # keep | zero_reward | mask
-    order: str = "shuffle"  # shuffle | topic | difficulty (spec §2, clustered sampling)
+    order: str = (
+        "shuffle"  # shuffle | topic | difficulty (docs/algorithms.md §2, clustered sampling)
+    )
     dynamic_sampling: bool = False
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
@@ -149,7 +162,7 @@ class RolloutConfig:
 
 @dataclass
 class LossConfig:
-    """Clipped surrogate, KL and aggregation (spec §4)."""
+    """Clipped surrogate, KL and aggregation (docs/algorithms.md §4)."""
 
     eps_low: float = 0.2
     eps_high: float = 0.2
@@ -161,6 +174,10 @@ class LossConfig:
 
     def __post_init__(self):
         _positive("loss.eps_low", self.eps_low, strict=False)
+        if self.eps_low >= 1:
+            raise ValueError(
+                f"loss.eps_low must be < 1 (the ratio's lower clip is 1 - eps_low), got {self.eps_low!r}"
+            )
         _positive("loss.eps_high", self.eps_high, strict=False)
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"loss.dual_clip must be > 1, got {self.dual_clip!r}")
@@ -256,6 +273,13 @@ class TrainConfig:
         _positive("steps", self.steps)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
+        check_combination(self)
+        explicit = self.algo.options.get("dispersion", self.agpo.dispersion)
+        if self.algo.estimator == "agpo" and explicit != self.agpo.dispersion:
+            raise ValueError(
+                f"agpo.dispersion ({self.agpo.dispersion!r}) sets the AGPO advantage's dispersion; "
+                f"algo.options.dispersion ({explicit!r}) conflicts with it: set only agpo.dispersion"
+            )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -297,6 +321,8 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{key} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{key} must be a finite number, got {value!r}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
@@ -331,7 +357,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     if not key:
         raise ValueError(f"override {text!r} has an empty key")
-    return key.split("."), yaml.safe_load(raw) if raw else ""
+    return key.split("."), _load_yaml(raw, f"override {text!r}") if raw else ""
 
 
 def merge_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
@@ -357,16 +383,158 @@ def read_yaml(name_or_path: str) -> dict:
         path = PRESET_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ValueError(f"unknown preset {name_or_path!r}; known: {preset_names()}")
-    if not path.exists():
+    if not path.is_file():
         raise ValueError(f"config file not found: {name_or_path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = _load_yaml(path.read_text(), f"config {path}")
+    if data is None:
+        raise ValueError(f"config {path} is empty")
     if not isinstance(data, dict):
         raise ValueError(f"config {path} must hold a mapping at the top level")
     return data
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """Parse YAML safely; a syntax error or a duplicate key is a ValueError naming the line."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ValueError(f"{source}: invalid YAML{where}: {problem}") from None
+
+
+def _check_finite(data: Any, key: str = "") -> None:
+    """Every number in a (nested) config mapping is finite; NaN/inf is an error naming the key."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            _check_finite(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            _check_finite(value, f"{key}[{i}]")
+    elif isinstance(data, float) and not math.isfinite(data):
+        raise ValueError(f"{key} must be a finite number, got {data!r}")
+
+
 def load_config(
     name_or_path: str | None = "tiny-cpu", overrides: typing.Iterable[str] = ()
 ) -> TrainConfig:
+    """Read a preset or YAML file, apply ``key=value`` overrides, validate everything (values,
+    combinations, paths) and return the config; any problem is a ValueError naming the key."""
     data = read_yaml(name_or_path) if name_or_path else {}
-    return from_dict(TrainConfig, merge_overrides(data, overrides))
+    data = merge_overrides(data, overrides)
+    _check_finite(data)
+    cfg = from_dict(TrainConfig, data)
+    check_paths(cfg)
+    return cfg
+
+
+def _check_kwargs(key: str, factory: Callable, options: dict, reserved: dict | None = None) -> None:
+    """``factory(**options)`` must accept every key and value: an unknown key or a bad value is a
+    ValueError naming ``key``. ``reserved`` maps keys the trainer sets itself to where to set them."""
+    reserved = reserved or {}
+    known = [name for name in inspect.signature(factory).parameters if name not in reserved]
+    for name in options:
+        if name in reserved:
+            raise ValueError(f"{key}.{name} is set by the trainer; use {reserved[name]} instead")
+        if name not in known:
+            raise ValueError(f"unknown config key {key}.{name}; known keys: {known}")
+    try:
+        factory(**options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{key}: {err}") from None
+
+
+def check_combination(cfg: TrainConfig) -> None:
+    """Checks that span sections: estimator and controller options, the group size each needs."""
+    estimator = ESTIMATORS[cfg.algo.estimator]
+    _check_kwargs("algo.options", estimator, cfg.algo.options)
+    _check_kwargs("agpo.clip", AdaptiveClip, cfg.agpo.clip)
+    _check_kwargs(
+        "agpo.temperature",
+        AdaptiveTemperature,
+        cfg.agpo.temperature,
+        reserved={"tau_base": "rollout.temperature"},
+    )
+    needs = {f"algo.estimator={cfg.algo.estimator}": estimator.min_group_size}
+    needs |= {"agpo.enabled=true": 2 if cfg.agpo.enabled else 1}
+    needs |= {"rollout.dynamic_sampling=true": 2 if cfg.rollout.dynamic_sampling else 1}
+    for reason, minimum in needs.items():
+        if cfg.rollout.group_size < minimum:
+            raise ValueError(
+                f"rollout.group_size={cfg.rollout.group_size} with {reason}: a group needs "
+                f"at least {minimum} completions (a single one has no group baseline: A = 0)"
+            )
+    if cfg.model.name_or_path == BUILTIN_MODEL and cfg.task.name != "arithmetic":
+        raise ValueError(
+            f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
+            f"(got task.name={cfg.task.name!r})"
+        )
+
+
+def _looks_local(name_or_path: str) -> bool:
+    """A filesystem path rather than a hub id (``org/name``): absolute, ``./``/``~``-relative,
+    or more than one ``/``."""
+    return name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
+
+
+def _check_output_dir(output_dir: str) -> None:
+    if not output_dir.strip():
+        raise ValueError("output_dir must name a directory, got an empty string")
+    path = Path(output_dir)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output_dir {output_dir} is a file, not a directory")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"output_dir {output_dir} is under {existing}, which is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"output_dir {output_dir} is not writable ({existing} is read-only)")
+
+
+def _check_dataset(key: str, name: str) -> None:
+    from rlkit.tasks.math_datasets import LOCAL_FORMATS, resolve_spec
+
+    if Path(name).suffix in LOCAL_FORMATS:
+        if not Path(name).is_file():
+            raise ValueError(f"{key}: dataset file not found: {name}")
+    elif name != "arithmetic":
+        try:
+            resolve_spec(name)
+        except ValueError as err:
+            raise ValueError(f"{key}: {err}") from None
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """Checks against the filesystem: the output directory can be created and written, a local
+    model or dataset path exists, a dataset name is known."""
+    from rlkit.tasks.math_datasets import TEMPLATES
+
+    _check_output_dir(cfg.output_dir)
+    model = cfg.model.name_or_path
+    if model != BUILTIN_MODEL and _looks_local(model) and not Path(model).exists():
+        raise ValueError(
+            f"model.name_or_path {model} does not exist (a hub id looks like org/name)"
+        )
+    _check_dataset("task.name", cfg.task.name)
+    if cfg.task.eval_name is not None:
+        _check_dataset("task.eval_name", cfg.task.eval_name)
+    _choice("task.template", cfg.task.template, TEMPLATES)

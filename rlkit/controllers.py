@@ -1,4 +1,4 @@
-"""AGPO controllers: adaptive sampling temperature (ATS) and adaptive clip radius (spec §3).
+"""AGPO controllers: adaptive sampling temperature (ATS) and adaptive clip radius (docs/algorithms.md §3).
 
 Both are fed by a :class:`ProbeStats` record computed from a probe group of G completions per
 prompt, and return one value per prompt. They are small stateful objects with ``state_dict`` so a
@@ -18,7 +18,7 @@ from rlkit.stats import Ema, adjusted_skewness, dispersion
 
 @dataclass
 class ProbeStats:
-    """Per-prompt probe statistics (spec §3 step 1): σ̂, κ̃₃ and E_probe, each of shape [P]."""
+    """Per-prompt probe statistics (docs/algorithms.md §3 step 1): σ̂, κ̃₃ and E_probe, each of shape [P]."""
 
     dispersion: torch.Tensor
     skewness: torch.Tensor
@@ -84,7 +84,7 @@ def _check_nonnegative(**values: float) -> None:
 
 
 class AdaptiveTemperature:
-    """Adaptive temperature sampling (spec §3 step 2)::
+    """Adaptive temperature sampling (docs/algorithms.md §3 step 2)::
 
         U  = w_r·σ̂ + w_e·E_probe + w_k·|κ̃₃|
         Ũ  = (U − Ū) / (Ū + 1e-8)
@@ -141,7 +141,7 @@ class AdaptiveTemperature:
 
 
 class AdaptiveClip:
-    """Adaptive clip radius, used symmetrically as [1 − ε, 1 + ε] (spec §3 step 4)::
+    """Adaptive clip radius, used symmetrically as [1 − ε, 1 + ε] (docs/algorithms.md §3 step 4)::
 
         ε = clip( ε_base · clip(H / H̄_ref, 0.5, 1.5) · (1 + δ·E_probe)
                   / (1 + α·σ̂ + γ·D̂_KL + ζ·|κ̃₃|),  ε_min, ε_max )
@@ -151,7 +151,7 @@ class AdaptiveClip:
     at the first value and updated after use). D̂_KL is an EMA (rate ``kl_ema_rate``) of the
     post-update drift: :meth:`update_kl` receives the per-prompt k1 estimates
     mean_t(log π_old − log π_new), clamps them at 0 and feeds their batch mean, so each step's ε
-    uses the previous step's drift (spec §3 step 5).
+    uses the previous step's drift (docs/algorithms.md §3 step 5).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""DAPO pieces as plain functions (spec §4; DAPO, arXiv 2503.14476)."""
+"""DAPO pieces as plain functions (docs/algorithms.md §4; DAPO, arXiv 2503.14476)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policy loss, KL to the reference, entropy and loss aggregation (spec §4).
+"""Policy loss, KL to the reference, entropy and loss aggregation (docs/algorithms.md §4).
 
 Shapes: per-token tensors are ``[B, T]`` (B sequences, T completion tokens) with a ``mask`` of
 real tokens. Per-sequence quantities (advantages, ε) are ``[B]`` or ``[B, 1]`` and broadcast.
@@ -43,7 +43,7 @@ def clipped_surrogate(
     mask: torch.Tensor | None = None,
     dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, ClipStats]:
-    """Per-token PPO clipped surrogate with asymmetric ε (spec §4)::
+    """Per-token PPO clipped surrogate with asymmetric ε (docs/algorithms.md §4)::
 
         ρ = exp(log π_θ − log π_old)
         L = −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A)
@@ -83,7 +83,7 @@ def clipped_surrogate(
 def kl_divergence(
     logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
-    """Per-token KL(π_θ ‖ π_ref) estimate on sampled tokens (spec §4; Schulman's k1/k3).
+    """Per-token KL(π_θ ‖ π_ref) estimate on sampled tokens (docs/algorithms.md §4; Schulman's k1/k3).
 
     k1 = log π_θ − log π_ref;  k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1 (≥ 0).
     """
@@ -109,7 +109,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 def aggregate_loss(
     loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", max_len: int | None = None
 ) -> torch.Tensor:
-    """Reduce a ``[B, T]`` per-token loss to a scalar (spec §4 ``loss_agg``).
+    """Reduce a ``[B, T]`` per-token loss to a scalar (docs/algorithms.md §4 ``loss_agg``).
 
     - ``token-mean`` (DAPO): Σ loss·mask / Σ mask over the whole batch;
     - ``seq-mean-token-mean`` (GRPO): mean over sequences of each sequence's token mean;

@@ -32,12 +32,21 @@ class MetricsLogger:
             )
 
     def truncate_after(self, step: int) -> None:
-        rows = read_metrics(self.path) if self.path.exists() else []
-        kept = [json.dumps(r) for r in rows if r["step"] <= step]
+        """Keep the rows up to ``step``; a line cut short by a crash mid-write is dropped too."""
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        rows = []
+        for line in lines:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        kept = [
+            json.dumps(r) for r in rows if isinstance(r, dict) and r.get("step", step + 1) <= step
+        ]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict) -> None:
-        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        row = {"step": int(step), **{k: _clean(v) for k, v in metrics.items() if k != "step"}}
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if self.writer is not None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import numbers
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+import numpy as np
 import torch
 
 from rlkit.answers import extract_answer, last_boxed, normalize_answer
@@ -85,15 +88,39 @@ class RewardBatch:
     num_timeouts: int
 
 
-def _call(fn: RewardFn, completion: str, answer: str) -> tuple[float | None, str | None]:
-    """(reward, None) or (None, error description); a non-finite reward is an error."""
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _is_timeout(error: BaseException) -> bool:
+    """A timeout raised by the reward itself: ``TimeoutError``, or math_verify's own
+    ``TimeoutException`` (a BaseException; its module is loaded whenever it was raised)."""
+    errors = sys.modules.get("math_verify.errors")
+    return isinstance(error, TimeoutError) or (
+        errors is not None and isinstance(error, errors.TimeoutException)
+    )
+
+
+def _call(fn: RewardFn, completion: str, answer: str) -> tuple[float | None, str | None, bool]:
+    """``(reward, None, False)``, or ``(None, error description, timed out)``.
+
+    A reward must be a real number (a bool, string or None is an error, not coerced) that is
+    finite in float32, the dtype rewards are kept in (1e308 is finite in float64 but not there).
+    """
     try:
-        value = float(fn(completion, answer))
-    except Exception as error:  # any failure of user code is reported, not raised here
-        return None, f"{type(error).__name__}: {error}"
-    if not math.isfinite(value):
-        return None, f"non-finite reward {value}"
-    return value, None
+        raw = fn(completion, answer)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # any failure of user code is reported, not raised here
+        return None, f"{type(error).__name__}: {error}", _is_timeout(error)
+    if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (numbers.Real, torch.Tensor)):
+        return None, f"reward is a {type(raw).__name__} ({raw!r}), not a number", False
+    try:
+        value = float(raw)
+    except (TypeError, ValueError, RuntimeError) as error:  # e.g. a tensor of several values
+        return None, f"reward {raw!r} is not a single number: {error}", False
+    if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        return None, f"non-finite reward {value} (rewards must be finite in float32)", False
+    return value, None, False
 
 
 def _worker_loop(connection, fn: RewardFn) -> None:
@@ -179,12 +206,12 @@ class RewardScorer:
             )
         if self.num_workers == 0:
             results = [_call(self.fn, c, a) for c, a in zip(completions, answers)]
-            timed_out: set[int] = set()
         else:
-            results, timed_out = self._score_in_workers(completions, answers)
-        errors = [(i, error) for i, (_, error) in enumerate(results) if error is not None]
+            results = self._score_in_workers(completions, answers)
+        errors = [(i, error) for i, (_, error, _) in enumerate(results) if error is not None]
+        timed_out = [i for i, (_, _, timeout) in enumerate(results) if timeout]
         num_errors = len(errors) - len(timed_out)
-        rewards = torch.tensor([value or 0.0 for value, _ in results], dtype=torch.float32)
+        rewards = torch.tensor([value or 0.0 for value, _, _ in results], dtype=torch.float32)
         if errors:
             message = (
                 f"{len(errors)} of {len(results)} rewards failed ({num_errors} errors, "
@@ -198,9 +225,10 @@ class RewardScorer:
 
     def _score_in_workers(self, completions, answers):
         self._start_workers()
-        results: list[tuple[float | None, str | None]] = [(None, "not scored")] * len(completions)
+        results: list[tuple[float | None, str | None, bool]] = [(None, "not scored", False)] * len(
+            completions
+        )
         pending = list(range(len(completions)))[::-1]
-        timed_out: set[int] = set()
         busy: dict[object, _Worker] = {}
         while pending or busy:
             for worker in self._workers:
@@ -212,20 +240,19 @@ class RewardScorer:
             for connection in wait(list(busy), timeout=max(0.0, deadline - time.monotonic())):
                 worker = busy.pop(connection)
                 try:
-                    index, value, error = connection.recv()
+                    index, *result = connection.recv()
                 except EOFError:  # the worker died (e.g. killed by the OS)
-                    results[worker.index] = (None, "reward worker process died")
+                    results[worker.index] = (None, "reward worker process died", False)
                     self._replace(worker)
                     continue
-                results[index], worker.index = (value, error), None
+                results[index], worker.index = tuple(result), None
             now = time.monotonic()
             for connection, worker in list(busy.items()):
                 if now - worker.started >= self.timeout_s:
                     del busy[connection]
-                    timed_out.add(worker.index)
-                    results[worker.index] = (None, f"timed out after {self.timeout_s}s")
+                    results[worker.index] = (None, f"timed out after {self.timeout_s}s", True)
                     self._replace(worker)
-        return results, timed_out
+        return results
 
     def _start_workers(self) -> None:
         new = [

@@ -1,13 +1,13 @@
-"""Rollouts with one sampling temperature per row, and log-probs at that temperature (spec §3).
+"""Rollouts with one sampling temperature per row, and log-probs at that temperature (docs/algorithms.md §3).
 
-AGPO samples each prompt's training group at its own temperature τ_t (spec §3 step 3), and rlkit
+AGPO samples each prompt's training group at its own temperature τ_t (docs/algorithms.md §3 step 3), and rlkit
 computes the importance ratio with log-probs *at that temperature* (`ratio_temperature: sampling`,
 fixing a flaw of the authors' code). Three pieces:
 
 - `RowTemperatureLogitsProcessor` divides row b's logits by T_b inside HF `generate`;
 - `generate_rollouts` samples completions and lays them out as a `RolloutBatch`;
 - `sequence_logprobs` recomputes log π(y_t | y_<t) / T per completion token (with or without
-  grad) and, optionally, the full-vocabulary entropy at T = 1 (spec §3 step 4).
+  grad) and, optionally, the full-vocabulary entropy at T = 1 (docs/algorithms.md §3 step 4).
 
 Order of logits processors (checked in transformers 5.24, `GenerationMixin._get_logits_processor`):
 user processors passed as `logits_processor=` are merged in *after* HF's built-in processors
@@ -200,7 +200,7 @@ def generate_rollouts(
     top_k: int = 0,
     generator_seed: int | None = None,
 ) -> RolloutBatch:
-    """Sample one completion per prompt, row b at temperature T_b (spec §3 step 3).
+    """Sample one completion per prompt, row b at temperature T_b (docs/algorithms.md §3 step 3).
 
     `prompts` are already repeated G times per group by the caller. If every temperature is 0 the
     completions are greedy (evaluation); otherwise all must be > 0. The model runs in eval mode
@@ -392,11 +392,11 @@ def sequence_logprobs(
     micro_batch_size: int | None = None,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (spec §3, §4).
+    """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
 
     `temperatures` [B] (None = 1 for every row) scale the logits before the softmax, matching
     how the completions were sampled. With `compute_entropy`, also returns the entropy (nats)
-    of the full-vocabulary distribution at T = 1 (spec §3 step 4), without grad. Positions
+    of the full-vocabulary distribution at T = 1 (docs/algorithms.md §3 step 4), without grad. Positions
     outside `completion_mask` are 0. Runs with grad unless the caller wraps it in no_grad.
     Position ids follow the attention mask, so left padding does not shift positions.
     Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees

@@ -1,4 +1,4 @@
-"""Prompt order for training: shuffled, topic-clustered, or a difficulty curriculum (spec §2).
+"""Prompt order for training: shuffled, topic-clustered, or a difficulty curriculum (docs/algorithms.md §2).
 
 A :class:`PromptSampler` walks an epoch order with a cursor, so its whole state is
 ``(epoch, position)`` and a resumed run draws exactly the prompts the uninterrupted run would.

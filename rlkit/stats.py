@@ -1,4 +1,4 @@
-"""Running and per-group statistics used by the estimators and controllers (spec §2, §3)."""
+"""Running and per-group statistics used by the estimators and controllers (docs/algorithms.md §2, §3)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ _ROBUST_SCALE_IQR = 1.349  # (q75 - q25) of a standard normal
 
 
 class RunningMoments:
-    """Mergeable Welford accumulators for ``num_slots`` independent streams (spec §2, `history`).
+    """Mergeable Welford accumulators for ``num_slots`` independent streams (docs/algorithms.md §2, `history`).
 
     A batch is merged in one vectorized step with Chan et al.'s parallel formula::
 
@@ -129,7 +129,7 @@ def group_std(x: torch.Tensor, dim: int = -1, ddof: int = 1) -> torch.Tensor:
 
 
 def dispersion(x: torch.Tensor, kind: str = "std", dim: int = -1, ddof: int = 1) -> torch.Tensor:
-    """Per-group dispersion (spec §1 `agpo`, §3 step 1).
+    """Per-group dispersion (docs/algorithms.md §1 `agpo`, §3 step 1).
 
     - ``std``: ddof std;
     - ``mad``: 1.4826 · median(|x − median(x)|)   (scipy ``median_abs_deviation(scale='normal')``);
@@ -158,11 +158,11 @@ def dispersion(x: torch.Tensor, kind: str = "std", dim: int = -1, ddof: int = 1)
 def adjusted_skewness(
     x: torch.Tensor, dim: int = -1, std_ddof: int = 1, clip: float = 10.0
 ) -> torch.Tensor:
-    """Adjusted Fisher–Pearson skewness κ̃₃ (spec §3 step 1)::
+    """Adjusted Fisher–Pearson skewness κ̃₃ (docs/algorithms.md §3 step 1)::
 
         κ̃₃ = √(n(n−1)) / (n−2) · mean(((x − x̄) / s)³)
 
-    with ``s`` the ``std_ddof`` std. The spec (and AGPO's code) use s with ddof = 1; the textbook
+    with ``s`` the ``std_ddof`` std. docs/algorithms.md §3 (and AGPO's code) use s with ddof = 1; the textbook
     G1 (scipy ``skew(bias=False)``) uses ddof = 0, i.e. it is κ̃₃(ddof=1) · (n / (n−1))^{3/2}.
     Returns 0 where s < 1e-6 or n < 3, clipped to ±``clip``.
     """

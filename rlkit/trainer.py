@@ -1,4 +1,4 @@
-"""The RLVR trainer: one loop for GRPO, Dr. GRPO, RLOO, EBPO and AGPO (spec §1–§5).
+"""The RLVR trainer: one loop for GRPO, Dr. GRPO, RLOO, EBPO and AGPO (docs/algorithms.md §1–§5).
 
 One step, top to bottom (:meth:`Trainer.step`):
 
@@ -11,7 +11,7 @@ One step, top to bottom (:meth:`Trainer.step`):
 6. AGPO only: per-prompt clip radius ε;
 7. μ update epochs over mini-batches with gradient accumulation;
 8. AGPO only: the step KL after the update feeds the clip controller;
-9. metrics (spec §5), periodic evaluation, atomic checkpoint.
+9. metrics (docs/algorithms.md §5), periodic evaluation, atomic checkpoint.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import random
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,24 +30,34 @@ import yaml
 from tqdm.auto import tqdm
 
 from rlkit.advantages import get_estimator
-from rlkit.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from rlkit.checkpoint import load_checkpoint, save_checkpoint
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
 from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
 from rlkit.metrics import MetricsLogger
-from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.models.loading import ModelSpec, Policy, eval_mode, load_policy
 from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
+from rlkit.rundir import (
+    CONFIG,
+    RunLock,
+    check_fresh,
+    check_resume_config,
+    check_run_files,
+    clear_run,
+    saved_config,
+)
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems
+from rlkit.tasks.loader import load_problems, warn_long_prompts
 
 
 class NonFiniteError(RuntimeError):
-    """Raised after too many consecutive steps with a non-finite loss or gradient."""
+    """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
+    optimizer step leaves the policy non-finite."""
 
 
 @dataclass
@@ -104,9 +115,12 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
+    """Every RNG's state as tensors and plain values (loadable with ``weights_only=True``)."""
+    version, internal, gauss = random.getstate()
+    kind, key, pos, has_gauss, cached = np.random.get_state()
     state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -115,23 +129,22 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def resolve_model_path(cfg: TrainConfig) -> str:
-    """``builtin:tiny`` → the cached warm-started tiny model (built on first use)."""
+    """``builtin:tiny`` → the warm-started tiny policy shipped with rlkit (never rebuilt)."""
     if cfg.model.name_or_path != BUILTIN_MODEL:
         return cfg.model.name_or_path
-    if cfg.task.name != "arithmetic":
-        raise ValueError("model.name_or_path=builtin:tiny only works with task.name=arithmetic")
-    from rlkit.models.tiny import build_tiny_policy
-    from rlkit.tasks.arithmetic import ArithmeticTask
+    from rlkit.models.tiny import shipped_tiny_policy
 
-    return str(build_tiny_policy(ArithmeticTask(), progress=cfg.progress))
+    return str(shipped_tiny_policy())
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
@@ -168,15 +181,45 @@ def summary(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, resume: bool = False):
+    """Trains ``cfg`` in ``cfg.output_dir`` (see :mod:`rlkit.rundir` for what a run directory
+    promises). ``resume``: continue from the latest intact checkpoint, with the saved config;
+    ``overwrite``: a fresh run may replace a previous run's files; ``read_only``: only to
+    evaluate (the policy, or with ``resume`` the latest checkpoint), without locking or writing
+    anything."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        resume: bool = False,
+        overwrite: bool = False,
+        read_only: bool = False,
+    ):
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        self.read_only = read_only
+        self.lock = None if read_only else RunLock(self.run_dir)
+        try:
+            self.setup(resume, overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def setup(self, resume: bool, overwrite: bool) -> None:
+        cfg = self.cfg
+        if resume:
+            check_run_files(self.run_dir)
+        checkpoint = load_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume and not self.read_only:
+            check_resume_config(saved_config(self.run_dir), cfg)
+        if not resume and not self.read_only:
+            check_fresh(self.run_dir, overwrite)
+        self.run_id = checkpoint.run_id if checkpoint else uuid.uuid4().hex
         seed_everything(cfg.seed)
 
+        self.train_problems, eval_problems = load_problems(cfg.task)
+        self.eval_problems = eval_problems[: cfg.eval.num_problems]
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
         spec["name_or_path"] = resolve_model_path(cfg)
         self.policy: Policy = load_policy(ModelSpec(**spec))
@@ -186,18 +229,25 @@ class Trainer:
             from rlkit.vllm_engine import VLLMEngine
 
             self.engine = VLLMEngine(self.policy, cfg.rollout.vllm_memory, cfg.seed)
-        self.train_problems, eval_problems = load_problems(cfg.task)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
-            eval_problems = chat_problems(eval_problems, self.policy.tokenizer)
-        self.eval_problems = eval_problems[: cfg.eval.num_problems]
+            self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
+        warn_long_prompts(
+            self.train_problems + self.eval_problems,
+            self.policy.tokenizer,
+            getattr(self.policy.model.config, "max_position_embeddings", None),
+            cfg.rollout.max_new_tokens,
+        )
         self.scorer = RewardScorer(
             get_reward_fn(cfg.task.reward),
             num_workers=cfg.task.reward_workers,
             timeout_s=cfg.task.reward_timeout_s,
             on_error=cfg.task.on_reward_error,
         )
-        self.estimator = get_estimator(cfg.algo.estimator, **cfg.algo.options)
+        options = dict(cfg.algo.options)
+        if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
+            options["dispersion"] = cfg.agpo.dispersion
+        self.estimator = get_estimator(cfg.algo.estimator, **options)
         self.cluster_index: dict[str, int] = {}
         self.temperature_ctl = self.clip_ctl = None
         if cfg.agpo.enabled:
@@ -223,18 +273,22 @@ class Trainer:
             "consecutive_skips": 0,
         }
 
-        state = load_trainer_state(checkpoint) if checkpoint else None
+        state = checkpoint.state if checkpoint else None
         pass_rates = None
         if cfg.rollout.order == "difficulty":
             pass_rates = state["curriculum_pass_rates"] if state else self.starting_pass_rates()
         self.curriculum_pass_rates = pass_rates
         self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
         if state:
-            self.load_state(checkpoint, state)
-        else:
-            (self.run_dir / "config.yaml").write_text(
-                yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-            )
+            self.load_state(checkpoint.path, state)
+        self.logger = None
+        if self.read_only:
+            return
+        if not state:
+            clear_run(self.run_dir)
+        config_tmp = self.run_dir / f".{CONFIG}.tmp"
+        config_tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        config_tmp.replace(self.run_dir / CONFIG)
         self.logger = MetricsLogger(
             self.run_dir, cfg.tensorboard, self.step_count if state else None
         )
@@ -255,7 +309,7 @@ class Trainer:
     def sample_groups(
         self, problems: list[Problem], temperatures: torch.Tensor, stats: ProbeStats | None = None
     ) -> Groups:
-        """G completions per problem at its temperature, scored (spec §3 step 3)."""
+        """G completions per problem at its temperature, scored (docs/algorithms.md §3 step 3)."""
         ro, g = self.cfg.rollout, self.cfg.rollout.group_size
         prompts, temps = (
             [p.prompt for p in problems for _ in range(g)],
@@ -299,7 +353,7 @@ class Trainer:
         )
 
     def probe(self, problems: list[Problem]) -> tuple[ProbeStats, Groups | None]:
-        """Per-prompt probe statistics (spec §3 step 1).
+        """Per-prompt probe statistics (docs/algorithms.md §3 step 1).
 
         ``full``/``reuse``: sample a probe group at τ_base. ``previous``: the statistics of the
         prompt's last training group, else the mean of the last batch's (no generation).
@@ -368,7 +422,7 @@ class Trainer:
     # -------------------------------------------------------------------- update
     def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:
         """Temperature of the importance ratio: each row's sampling τ (default) or a constant
-        (``1.0`` reproduces AGPO's code, spec §3 known flaws)."""
+        (``1.0`` reproduces AGPO's code, docs/algorithms.md §3 known flaws)."""
         t = self.cfg.loss.ratio_temperature
         return (
             rollouts.temperatures.float()
@@ -391,7 +445,7 @@ class Trainer:
             return self.logprobs(ref_model, rollouts, temps)[0]
 
     def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
-        """μ epochs of clipped-surrogate updates over mini-batches (spec §4)."""
+        """μ epochs of clipped-surrogate updates over mini-batches (docs/algorithms.md §4)."""
         cfg, opt = self.cfg, self.cfg.optim
         rows = len(rollouts)
         mini = opt.mini_batch_size or rows
@@ -442,6 +496,7 @@ class Trainer:
                     self.skip_nonfinite(loss_total, float(grad_norm))
                     continue
                 self.optimizer.step()
+                self.check_finite_policy(rollouts.select(mb[:1]), temps[mb[:1]])
                 self.counters["consecutive_skips"] = 0
                 updates += 1
                 sums["loss"] += loss_total
@@ -471,9 +526,29 @@ class Trainer:
             )
 
     @torch.no_grad()
+    def check_finite_policy(self, probe: RolloutBatch, temps: torch.Tensor) -> None:
+        """After an optimizer step the weights, and the log-probs of one sequence, must be finite
+        (finite but huge weights, e.g. from optim.lr=1e30, give NaN outputs); otherwise stop with
+        NonFiniteError before sampling from a broken policy."""
+        params = self.policy.trainable_parameters()
+        problem = None
+        if not all(torch.isfinite(p).all() for p in params):
+            problem = "non-finite weights"
+        else:
+            logp, _ = sequence_logprobs(self.policy.model, probe, temps)
+            if not torch.isfinite(logp).all():
+                problem = "finite weights but non-finite log-probabilities"
+        if problem:
+            raise NonFiniteError(
+                f"step {self.step_count + 1}: the optimizer step left the policy with {problem}; "
+                f"lower optim.lr (now {self.cfg.optim.lr:g}). The last checkpoint is unaffected."
+            )
+
+    @torch.no_grad()
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
-        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (spec §3 step 5)."""
-        new_logp, _ = self.logprobs(self.policy.model, rollouts, temps)
+        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (docs/algorithms.md §3 step 5)."""
+        with eval_mode(self.policy.model):
+            new_logp, _ = self.logprobs(self.policy.model, rollouts, temps)
         return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
 
     # ---------------------------------------------------------------------- step
@@ -490,7 +565,7 @@ class Trainer:
         advantages = result.advantages.reshape(-1).to(rollouts.input_ids.device)
 
         temps = self.ratio_temperatures(rollouts)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.policy.model):  # π_old samples without dropout
             old_logp, entropy = self.logprobs(
                 self.policy.model, rollouts, temps, cfg.agpo.enabled or cfg.log_entropy
             )
@@ -505,6 +580,7 @@ class Trainer:
                 eps = self.clip_ctl(stats, tok_entropy.cpu()).repeat_interleave(g)
                 eps_low, eps_high = eps, eps
             metrics |= self.agpo_metrics(groups, tok_entropy)
+        lr = self.scheduler.get_last_lr()[0]  # this step's; update() steps the scheduler
         update = self.update(rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high)
         if cfg.agpo.enabled:
             drift = self.step_kl(rollouts, old_logp, temps, num_prompts)
@@ -530,7 +606,7 @@ class Trainer:
             "tokens/probe": self.counters["tokens_probe"],
             "reward_failures": groups.reward_failures,
             "nonfinite_skips": self.counters["nonfinite_skips"],
-            "learning_rate": self.scheduler.get_last_lr()[0],
+            "learning_rate": lr,
             "time/generate": t_generate,
             "time/score": self.score_time,
             "time/update": t_update,
@@ -594,7 +670,7 @@ class Trainer:
             "cluster_index": dict(self.cluster_index),
             "temperature_ctl": self.temperature_ctl.state_dict() if self.temperature_ctl else None,
             "clip_ctl": self.clip_ctl.state_dict() if self.clip_ctl else None,
-            "previous_stats": self.previous_stats,
+            "previous_stats": {k: asdict(v) for k, v in self.previous_stats.items()},
             "sampler": self.sampler.state_dict(),
             "curriculum_pass_rates": self.curriculum_pass_rates,
             "counters": dict(self.counters),
@@ -610,7 +686,7 @@ class Trainer:
             self.temperature_ctl.load_state_dict(state["temperature_ctl"])
         if self.clip_ctl:
             self.clip_ctl.load_state_dict(state["clip_ctl"])
-        self.previous_stats = state["previous_stats"]
+        self.previous_stats = {k: ProbeStats(**v) for k, v in state["previous_stats"].items()}
         self.sampler.load_state_dict(state["sampler"])
         self.counters = dict(state["counters"])
         self.step_count = state["step"]
@@ -618,7 +694,12 @@ class Trainer:
 
     def save(self) -> Path:
         return save_checkpoint(
-            self.run_dir, self.step_count, self.policy, self.state_dict(), self.cfg.keep_checkpoints
+            self.run_dir,
+            self.step_count,
+            self.policy,
+            self.state_dict(),
+            self.cfg.keep_checkpoints,
+            self.run_id,
         )
 
     # ----------------------------------------------------------------------- run
@@ -632,6 +713,8 @@ class Trainer:
         """Run to ``cfg.steps``. Evaluation rows (step 0, every ``eval.every`` steps, the last
         step) are logged with the step's metrics under ``eval/…`` and returned."""
         cfg = self.cfg
+        if self.read_only:
+            raise ValueError("this Trainer was opened read-only (for evaluation); it cannot train")
         evals = []
         if self.step_count == 0 and cfg.eval.at_start:
             evals.append({"step": 0, **self.evaluate()})
@@ -657,6 +740,14 @@ class Trainer:
                     self.save()
         finally:
             bar.close()
-            self.logger.close()
-            self.scorer.close()
+            self.close()
         return evals
+
+    def close(self) -> None:
+        """Close the metrics sinks and reward workers, and release the run directory's lock."""
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
+        if getattr(self, "scorer", None) is not None:
+            self.scorer.close()
+        if self.lock is not None:
+            self.lock.release()

@@ -4,7 +4,7 @@ Prompt q has K candidate answers with logits z[q, :]; the answers in ``correct[q
 reward 1, the others 0, so the policy's success rate is θ_q = Σ_k π_qk·correct_qk. One training
 step samples G answers per prompt (at a per-prompt temperature τ), scores them, turns the rewards
 into advantages with any rlkit estimator, and takes ``epochs`` plain-gradient steps on rlkit's
-clipped surrogate (spec §4), each completion being a one-token sequence. Every prompt owns its
+clipped surrogate (docs/algorithms.md §4), each completion being a one-token sequence. Every prompt owns its
 logits, so the per-prompt step size must not depend on the batch size: the loss is summed over
 prompts (B × the token-mean).
 """
@@ -138,7 +138,7 @@ class SoftmaxBandit:
     ) -> StepResult:
         """``epochs`` gradient steps z ← z − lr·∇loss on one sampled batch (PPO-style reuse).
 
-        The importance ratio uses log-probs at each prompt's sampling temperature (spec §3,
+        The importance ratio uses log-probs at each prompt's sampling temperature (docs/algorithms.md §3,
         ``ratio_temperature: sampling``). With ``epochs = 1`` the ratio is 1 and the step is the
         vanilla policy gradient, which the first-order entropy theory describes.
         """

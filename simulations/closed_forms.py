@@ -22,7 +22,7 @@ from simulations.population import ClusteredPopulation
 
 
 def shrinkage_factor(sigma2, tau2, group_size: int):
-    """S = (σ²/G) / (σ²/G + τ²)  (spec §2)."""
+    """S = (σ²/G) / (σ²/G + τ²)  (docs/algorithms.md §2)."""
     v = sigma2 / group_size
     return v / (v + tau2)
 
@@ -49,12 +49,21 @@ def oracle_baseline(group_mean, mu, sigma2, tau2, group_size: int):
 
 
 def raw_hyperparameters(sigma2, tau2, group_size: int):
-    """Large-batch limits of the statistics EBPO actually plugs in (spec §2):
+    """Large-batch limits of the statistics EBPO actually plugs in (docs/algorithms.md §2):
 
     σ²_raw = variance of all individual rewards = σ² + τ²  (law of total variance);
     τ²_raw = variance of the group means          = τ² + σ²/G  (not de-noised, by design).
     """
     return sigma2 + tau2, tau2 + sigma2 / group_size
+
+
+def raw_shrinks_less(sigma2, tau2, group_size: int):
+    """Whether the raw plug-in S_raw (:func:`raw_hyperparameters`) is below the optimal S*.
+
+    With a = σ²/G, S_raw = (a + τ²/G)/(2a + τ² + τ²/G) and S* = a/(a + τ²); cross-multiplying,
+    S_raw < S*  ⇔  τ⁴/G < a²  ⇔  τ² < σ²/√G. Otherwise EBPO's raw statistics shrink *more*.
+    """
+    return tau2 < sigma2 / math.sqrt(group_size)
 
 
 def prob_all_zero(theta, group_size: int):
@@ -102,6 +111,27 @@ def variance_decomposition(population: ClusteredPopulation) -> dict[str, float]:
     within = float((w * within_k).sum())
     between = float((w * (means - grand) ** 2).sum())
     return {"within": within, "between": between, "total": within + between}
+
+
+def shrunk_batch_variance(rewards: torch.Tensor, shrinkage: float) -> dict[str, float]:
+    """What EBPO's batch whitening divides by, term by term (Prop 3.6, corrected).
+
+    The raw advantage is Â = r − V = (r − μ_q) + S·(μ_q − μ_glob) with one S for the batch, so
+    (population variances over the P·G entries; the cross term vanishes because r − μ_q sums to
+    zero within each group)::
+
+        Var(Â) = E_q[σ²_q] + S²·Var_q(μ_q)
+
+    Returns ``within`` = E_q[σ²_q], ``between_shrunk`` = S²·Var_q(μ_q) and, for comparison, the
+    unshrunk ``between_full`` = Var_q(μ_q) that the paper's decomposition uses.
+    """
+    r = rewards.to(torch.float64)
+    between = float(r.mean(1).var(unbiased=False))
+    return {
+        "within": float(r.var(1, unbiased=False).mean()),
+        "between_shrunk": shrinkage**2 * between,
+        "between_full": between,
+    }
 
 
 # --- Entropy of a softmax policy (Prop 3.6) --------------------------------------------------

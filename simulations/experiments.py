@@ -35,7 +35,7 @@ from simulations.stats import mean_ci
 
 class BatchWhitened:
     """Dr. GRPO's centred rewards r − mean_p followed by EBPO's batch whitening, without shrinkage:
-    the "whitening only" arm that separates the two halves of EBPO (spec §2, Prop 3.6 note)."""
+    the "whitening only" arm that separates the two halves of EBPO (docs/algorithms.md §2, Prop 3.6 note)."""
 
     def __init__(self):
         self.base = get_estimator("dr_grpo")
@@ -82,7 +82,8 @@ def shrinkage_mse(
     - ``ebpo``: rlkit's EBPO baseline with hyper-parameters estimated from the rewards
       (``prior``), whose large-batch limit uses the raw σ², τ² (:func:`cf.raw_hyperparameters`).
 
-    Returns Intervals over batches for each MSE and for the paired gain MSE(μ_group) − MSE(EBPO),
+    Returns Intervals over batches for each MSE and for the paired gains MSE(μ_group) − MSE(EBPO)
+    (``gain``) and MSE(μ_group) − MSE(oracle) (``oracle_gain``),
     the closed forms, and the estimated vs true hyper-parameters.
     """
     rng = np.random.default_rng(seed)
@@ -110,6 +111,7 @@ def shrinkage_mse(
         "G": group_size,
         **{name: mean_ci(values) for name, values in rows.items()},
         "gain": mean_ci(np.subtract(rows["group_mean"], rows["ebpo"])),
+        "oracle_gain": mean_ci(np.subtract(rows["group_mean"], rows["oracle"])),
         "closed_group_mean": cf.group_mean_mse(sigma2, group_size),
         "closed_bayes": cf.bayes_risk(sigma2, tau2, group_size),
         "closed_plugin_raw": cf.linear_baseline_mse(s_raw, sigma2, tau2, group_size),
@@ -120,6 +122,65 @@ def shrinkage_mse(
         "sigma2_raw": sigma2_raw,
         "tau2_raw": tau2_raw,
     }
+
+
+def baseline_gradient_variance(
+    population: BetaPopulation,
+    group_size: int,
+    num_prompts: int,
+    replicates: int,
+    num_answers: int,
+    seed: int,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Why the baseline's MSE matters for training: policy-gradient variance per baseline.
+
+    ``num_prompts`` prompts (θ from ``population``) become softmax-bandit prompts; each draws
+    ``replicates`` independent groups of G answers. For every baseline b — none (0), the group
+    mean, rlkit's EBPO baseline (batch prior, one batch per replicate), the oracle posterior mean
+    (known μ, σ², τ²) and the true θ — the one-step policy gradient of the advantage r − b is
+    computed per replicate. Returns per baseline the MSE E[(b − θ)²], the gradient variance (trace
+    of its covariance over replicates) and its mean squared error against the exact gradient
+    ∇_z θ_q = π ⊙ (correct − θ_q), each per prompt ([num_prompts] arrays; every baseline sees the
+    same prompts and samples, so differences between baselines are paired by prompt).
+    """
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    theta = population.sample(num_prompts, rng)
+    bandit = SoftmaxBandit.from_success_rates(theta, num_answers)
+    prompts = torch.arange(num_prompts).repeat(replicates)
+    actions, rewards = bandit.sample(group_size, gen, prompts=prompts)
+    group_mean = rewards.mean(1)
+    ebpo = get_estimator("ebpo", prior="batch", whitening="none")
+    ebpo_baseline = torch.cat(
+        [ebpo(r).diagnostics["baseline"].to(torch.float64) for r in rewards.split(num_prompts)]
+    )
+    oracle = cf.oracle_baseline(
+        group_mean, population.mean, population.sigma2, population.tau2, group_size
+    )
+    baselines = {
+        "none (b = 0)": torch.zeros_like(group_mean),
+        "group mean (GRPO)": group_mean,
+        "EBPO (estimated)": ebpo_baseline,
+        "oracle EB": oracle,
+        "true θ": theta[prompts],
+    }
+    probs = bandit.log_probs().exp()
+    true_grad = probs * (
+        bandit.correct.to(probs.dtype) - bandit.success_rate().unsqueeze(1)
+    )  # ∇_z θ_q
+    out = {}
+    for name, baseline in baselines.items():
+        grad, _, _ = bandit.policy_gradient(actions, rewards - baseline.unsqueeze(1), prompts)
+        ascent = -grad.reshape(replicates, num_prompts, -1)  # the step direction, per replicate
+        variance = ascent.var(0).sum(-1)
+        error = ((ascent - true_grad) ** 2).sum(-1).mean(0)
+        mse = ((baseline - theta[prompts]) ** 2).reshape(replicates, num_prompts).mean(0)
+        out[name] = {
+            "mse": mse.numpy(),
+            "grad_variance": variance.numpy(),
+            "grad_error": error.numpy(),
+        }
+    return out
 
 
 # --- Notebook 02: Thm 3.2 / Cor 3.5, vanishing gradients ---------------------------------------
@@ -319,20 +380,84 @@ def entropy_mechanism_terms(
     With centred rewards c = r − mean_p (Dr. GRPO's advantages), Ω_q = Cov(log π, π·Ā_c) is the
     per-prompt entropy "force" (ΔH_q ≈ −η·Ω_q). GRPO divides c by σ_q (+1e-4), batch whitening by
     σ_batch = std of all c. Returned per prompt: Ω_q, σ_q, and the GRPO and whitening-only
-    first-order predictions computed from the rlkit advantages themselves (per unit η).
+    first-order predictions computed from the rlkit advantages themselves (per unit η). For EBPO
+    (batch prior on this one batch) also what its whitening divides by: ``ebpo_sigma_batch`` (std
+    of all raw advantages r − V, ddof = 1, as rlkit whitens) and the terms of
+    :func:`cf.shrunk_batch_variance` (``within``, ``between_shrunk``, ``between_full``,
+    ``ebpo_variance``).
     """
     gen = torch.Generator().manual_seed(seed)
     bandit = SoftmaxBandit(logits, correct)
     actions, rewards = bandit.sample(group_size, gen)
     centred = get_estimator("dr_grpo")(rewards).advantages
     pred = lambda adv: cf.entropy_decay_prediction(bandit.logits, actions, adv, 1.0).numpy()
+    ebpo = get_estimator("ebpo", prior="batch", whitening="none")(rewards).diagnostics
+    raw = ebpo["raw_advantages"].to(torch.float64)
+    shrinkage = float(ebpo["shrinkage"][0])  # one S for the whole batch (no clusters)
     return {
         "omega": -pred(centred),
         "sigma_q": group_std(rewards, dim=1, ddof=1).numpy(),
         "sigma_batch": float(group_std(centred.reshape(-1), dim=0, ddof=1)),
         "grpo": pred(get_estimator("grpo")(rewards).advantages),
         "whitening_only": pred(BatchWhitened()(rewards).advantages),
+        "ebpo_sigma_batch": float(group_std(raw.reshape(-1), dim=0, ddof=1)),
+        "ebpo_variance": float(raw.var(unbiased=False)),
+        "shrinkage": shrinkage,
+        **cf.shrunk_batch_variance(rewards, shrinkage),
     }
+
+
+MATCHED_STEP = "GRPO (matched step)"
+
+
+def effective_step_ratio(runs: dict, method: str, reference: str = "GRPO") -> float:
+    """How much larger ``method``'s first step is than ``reference``'s: the mean over paired seeds
+    of their step-0 gradient-norm ratio. At step 0 paired seeds share the policy *and* the
+    sampled answers, so the ratio compares the two advantage scalings on identical data."""
+    return float(np.mean(runs[method]["grad_norm"][:, 0] / runs[reference]["grad_norm"][:, 0]))
+
+
+def step_size_sweep(methods, config: BanditConfig, lrs, seeds, horizon: float) -> dict:
+    """:func:`train_bandits` at each learning rate η of ``lrs`` for ceil(``horizon``/η) steps (a
+    smaller step needs proportionally more steps to reach the same success).
+
+    Each η also gets the arm :data:`MATCHED_STEP`: GRPO at k·η, with k the
+    :func:`effective_step_ratio` of EBPO over GRPO at that η, so it moves as far per step as EBPO.
+    Returns {η: {"k": k, "runs": {method: {key: [S, steps]}}}}.
+    """
+    out = {}
+    for lr in lrs:
+        sized = replace(config, lr=lr, steps=int(np.ceil(horizon / lr)))
+        runs = train_bandits(methods, sized, seeds)
+        k = effective_step_ratio(runs, "EBPO")
+        runs[MATCHED_STEP] = train_bandits(["GRPO"], replace(sized, lr=k * lr), seeds)["GRPO"]
+        out[lr] = {"k": k, "runs": runs}
+    return out
+
+
+def value_at_level(level_curve, value_curve, level: float) -> np.ndarray:
+    """``value_curve`` where ``level_curve`` first reaches ``level``, per seed ([S, T] → [S]).
+
+    Linear interpolation between the last step below ``level`` and the first step at or above it,
+    so an arm that jumps past the level in one large step is not credited with the value after the
+    jump. NaN for a seed that never reaches the level (or starts above it).
+    """
+    x, y = np.atleast_2d(level_curve), np.atleast_2d(value_curve)
+    out = np.full(x.shape[0], np.nan)
+    for s, (xs, ys) in enumerate(zip(x, y)):
+        above = np.flatnonzero(xs >= level)
+        if above.size and above[0] > 0:
+            i = above[0]
+            w = (level - xs[i - 1]) / (xs[i] - xs[i - 1])
+            out[s] = ys[i - 1] + w * (ys[i] - ys[i - 1])
+    return out
+
+
+def steps_to_level(curve, level: float, start: int = 0) -> np.ndarray:
+    """Steps after ``start`` until ``curve`` first reaches ``level`` ([S, T] → [S]), interpolated
+    linearly between steps; NaN for a seed that never reaches it."""
+    tail = np.atleast_2d(curve)[:, start:]
+    return value_at_level(tail, np.broadcast_to(np.arange(tail.shape[1]), tail.shape), level)
 
 
 # --- Notebook 04: Prop 3.8, clustered priors ---------------------------------------------------
@@ -352,7 +477,7 @@ def clustered_pool(
 
 
 def stream_order(theta, cluster, order: str, rng, probe_samples: int = 8) -> torch.Tensor:
-    """Permutation of the pool for one pass (spec §2, clustered sampling).
+    """Permutation of the pool for one pass (docs/algorithms.md §2, clustered sampling).
 
     ``shuffle``: uniformly random; ``topic``: cluster by cluster in random cluster order, shuffled
     within; ``difficulty``: by the starting policy's pass rate over ``probe_samples`` samples,
@@ -443,11 +568,14 @@ def answer_keys(actions: torch.Tensor) -> list[list[str]]:
 def train_shift_bandit(
     config: ShiftConfig, seed: int, adaptive_clip: bool, adaptive_temperature: bool
 ) -> dict[str, np.ndarray]:
-    """AGPO's probe → temperature → train → clip loop (spec §3) on the bandit, across a shift.
+    """AGPO's probe → temperature → train → clip loop (docs/algorithms.md §3) on the bandit, across a shift.
 
     Every step draws the probe (also for fixed ε/τ, so paired seeds share the random stream).
     Returns per-step arrays: success and entropy of the pool in training, ε and τ (mean/min/max),
-    U, Ū, probe dispersion and vote entropy, D̂_KL and the clipped fraction.
+    U, Ū, probe dispersion and vote entropy, D̂_KL and the clipped fraction, and what pins ε:
+    ``eps_at_floor`` (share of prompts whose ε sits at ε_min), ``entropy_ratio`` (mean of the
+    clip controller's H/H̄_ref before its clamp to [0.5, 1.5]) and ``ratio_at_floor`` (share of
+    prompts whose ratio is clamped at 0.5).
     """
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -473,6 +601,9 @@ def train_shift_bandit(
         "vote_entropy",
         "kl",
         "clip_fraction",
+        "eps_at_floor",
+        "entropy_ratio",
+        "ratio_at_floor",
     )
     log = {k: np.empty(config.steps) for k in keys}
     for step in range(config.steps):
@@ -488,6 +619,10 @@ def train_shift_bandit(
         )
         actions, rewards = bandit.sample(config.group_size, gen, temperature=tau)
         entropy = bandit.entropy()
+        reference = clip.entropy_ref.value  # H̄_ref as the clip controller will use it
+        ratio = entropy / reference if reference is not None else torch.ones_like(entropy)
+        log["entropy_ratio"][step] = float(ratio.mean())
+        log["ratio_at_floor"][step] = float((ratio <= 0.5).to(torch.float64).mean())
         eps = (
             clip(stats, entropy) if adaptive_clip else torch.full((bandit.num_prompts,), config.eps)
         )
@@ -510,6 +645,7 @@ def train_shift_bandit(
                 float(values.min()),
                 float(values.max()),
             )
+        log["eps_at_floor"][step] = float((eps <= clip.eps_min + 1e-6).to(torch.float64).mean())
         log["u"][step] = float(temperature.uncertainty(stats).mean())
         log["u_bar"][step] = temperature.u_bar
         log["dispersion"][step] = float(stats.dispersion.mean())
@@ -535,16 +671,19 @@ def train_shift_bandits(config: ShiftConfig, seeds, arms=tuple(SHIFT_ARMS)) -> d
 
 
 __all__ = [
+    "MATCHED_STEP",
     "METHODS",
     "PRIORS",
     "SHIFT_ARMS",
     "STREAM_ORDERS",
     "BanditConfig",
     "BatchWhitened",
+    "baseline_gradient_variance",
     "beta_all_zero_rate",
     "first_order_error",
     "ShiftConfig",
     "clustered_pool",
+    "effective_step_ratio",
     "entropy_mechanism_terms",
     "failure_penalty_by_cluster",
     "gradient_by_group_type",
@@ -552,9 +691,12 @@ __all__ = [
     "null_group_rates",
     "prior_error",
     "shrinkage_mse",
+    "step_size_sweep",
+    "steps_to_level",
     "stream_order",
     "train_bandit",
     "train_bandits",
     "train_shift_bandit",
     "train_shift_bandits",
+    "value_at_level",
 ]

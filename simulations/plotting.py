@@ -11,7 +11,7 @@ import numpy as np
 
 from simulations.stats import mean_ci
 
-FIGURE_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "figures"
+FIGURE_DIR = Path("figures")  # relative to the working directory: the notebook's own folder
 FIGURE_DPI = 80
 
 
@@ -30,7 +30,8 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 4.0, height: float = 3
 
 
 def save(fig, name: str) -> Path:
-    """Save ``fig`` as notebooks/figures/<name>.png and return the path.
+    """Save ``fig`` as figures/<name>.png next to the running notebook and return the path
+    (Jupyter, nbval and nbclient start the kernel in the notebook's directory).
 
     At ``RLKIT_NB_SCALE=ci`` the figure goes to a temporary folder instead, so a test run never
     overwrites the committed full-scale figures.

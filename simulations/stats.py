@@ -15,6 +15,7 @@ __all__ = [
     "within_standard_errors",
     "binomial_z",
     "bonferroni_z",
+    "minimum_detectable_difference",
 ]
 
 
@@ -38,3 +39,14 @@ def binomial_z(observed_fraction, probability, num_trials: int):
 def bonferroni_z(num_comparisons: int, family_level: float = 0.01) -> float:
     """Two-sided z threshold keeping the chance of any false alarm among m comparisons ≤ level."""
     return float(_scipy_stats.norm.ppf(1 - family_level / (2 * num_comparisons)))
+
+
+def minimum_detectable_difference(
+    interval: Interval, num_samples: int, level: float = 0.95, power: float = 0.8
+) -> float:
+    """Smallest true mean difference a two-sided t-test at ``level`` would detect with ``power``,
+    given the standard error of ``interval`` over ``num_samples`` paired seeds:
+    (t_{(1+level)/2} + t_{power})·SE, both quantiles at n − 1 degrees of freedom."""
+    df = num_samples - 1
+    t = _scipy_stats.t.ppf((1 + level) / 2, df) + _scipy_stats.t.ppf(power, df)
+    return float(t * np.asarray(interval.se))

@@ -2,6 +2,8 @@
 
 Everything is built offline and deterministically (no hub access), small enough that a forward
 pass takes milliseconds on a laptop CPU: hidden size 32, 2 layers, a ~40-token vocabulary.
+The 4-bit (QLoRA) tests use a twice-wider copy: bitsandbytes' CPU kernels need every linear layer's
+input width to be a multiple of its 64-wide quantization block and its output a multiple of 32.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from rlkit.models.tokenizer import build_char_tokenizer
 CHARACTERS = string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz"
 
 
-def build_tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
-    """A random 2-layer Llama (hidden 32); weights scaled up so sampling is far from uniform."""
+def build_tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 32) -> LlamaForCausalLM:
+    """A random 2-layer Llama (MLP width 2 x hidden); weights scaled up so sampling is far from
+    uniform."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -48,6 +51,16 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> str:
     """Directory holding a saved tiny Llama + tokenizer, loadable with `from_pretrained`."""
     path = tmp_path_factory.mktemp("tiny-llama")
     build_tiny_llama(len(tiny_tokenizer)).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_4bit_model_dir(tmp_path_factory, tiny_tokenizer) -> str:
+    """As `tiny_model_dir`, hidden size 64: widths every bitsandbytes 4-bit CPU kernel accepts
+    (k/v projections 32 wide, the rest 64 or 128)."""
+    path = tmp_path_factory.mktemp("tiny-llama-4bit")
+    build_tiny_llama(len(tiny_tokenizer), hidden_size=64).save_pretrained(path)
     tiny_tokenizer.save_pretrained(path)
     return str(path)
 

@@ -1,9 +1,9 @@
-"""Independent float64 reference implementations of spec §1–§4 (shared/spec/algorithms.md).
+"""Independent float64 reference implementations of docs/algorithms.md §1–§4 (docs/algorithms.md).
 
-Written straight from the spec with plain Python/numpy loops, one group / prompt / token at a
+Written straight from docs/algorithms.md with plain Python/numpy loops, one group / prompt / token at a
 time, and deliberately sharing no code with ``rlkit``: a vectorization, broadcasting or state
 mistake in rlkit cannot hide in the reference as well. Everything takes and returns numpy float64
-arrays (or Python floats). Where the spec leaves a detail open, the choice is stated in the
+arrays (or Python floats). Where docs/algorithms.md leaves a detail open, the choice is stated in the
 docstring (it follows rlkit's documented behaviour, so that the tests check the formula).
 """
 
@@ -154,12 +154,12 @@ class WeightedSamples:
 
 
 class EBPOReference:
-    """EBPO (spec §2) one prompt at a time.
+    """EBPO (docs/algorithms.md §2) one prompt at a time.
 
     Priors: key "global" sees every batch; with cluster ids, key c sees the prompts of cluster c
     (a cluster's samples decay only when that cluster receives new data, as rlkit documents). A
     cluster whose weighted count of group means is below ``min_cluster_count`` uses "global".
-    Whitening uses the ddof = 1 std over all P·G raw advantages (as verl; the spec leaves ddof
+    Whitening uses the ddof = 1 std over all P·G raw advantages (as verl; docs/algorithms.md leaves ddof
     open) plus 1e-6.
     """
 
@@ -256,7 +256,7 @@ def adaptive_clip(
     delta=0.1,
     zeta=0.0,
 ) -> list[float]:
-    """ε per prompt (spec §3 step 4) for given H (one per prompt), H̄_ref and D̂_KL."""
+    """ε per prompt (docs/algorithms.md §3 step 4) for given H (one per prompt), H̄_ref and D̂_KL."""
     out = []
     for s, e, k, h in zip(sigma, e_probe, skew, entropy):
         ratio = min(1.5, max(0.5, h / max(entropy_ref, 1e-8)))

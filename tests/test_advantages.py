@@ -1,4 +1,4 @@
-"""rlkit.advantages: the estimator registry, GRPO, Dr. GRPO, RLOO, AGPO and EBPO (spec §1, §2)."""
+"""rlkit.advantages: the estimator registry, GRPO, Dr. GRPO, RLOO, AGPO and EBPO (docs/algorithms.md §1, §2)."""
 
 import copy
 import io

@@ -1,4 +1,4 @@
-"""rlkit.answers: answer-key extraction and vote entropy (spec §3 step 1)."""
+"""rlkit.answers: answer-key extraction and vote entropy (docs/algorithms.md §3 step 1)."""
 
 import math
 import random

@@ -90,3 +90,11 @@ def test_yaml_file_and_bad_top_level(tmp_path):
     path.write_text("algo: 3\n")
     with pytest.raises(ValueError, match="algo must be a mapping"):
         load_config(str(path))
+
+
+def test_agpo_dispersion_and_an_explicit_estimator_dispersion_must_agree():
+    agree = ["algo.estimator=agpo", "agpo.dispersion=mad", "algo.options={dispersion: mad}"]
+    assert load_config("tiny-cpu", agree).agpo.dispersion == "mad"
+    conflict = ["algo.estimator=agpo", "agpo.dispersion=iqr", "algo.options={dispersion: mad}"]
+    with pytest.raises(ValueError, match=r"agpo\.dispersion.*algo\.options\.dispersion"):
+        load_config("tiny-cpu", conflict)

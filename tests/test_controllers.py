@@ -1,4 +1,4 @@
-"""rlkit.controllers: ProbeStats, adaptive temperature (ATS) and adaptive clip (spec §3)."""
+"""rlkit.controllers: ProbeStats, adaptive temperature (ATS) and adaptive clip (docs/algorithms.md §3)."""
 
 import copy
 import io

@@ -1,4 +1,4 @@
-"""rlkit.dapo: dynamic-sampling filter and overlong reward shaping (spec §4; DAPO eq. 13)."""
+"""rlkit.dapo: dynamic-sampling filter and overlong reward shaping (docs/algorithms.md §4; DAPO eq. 13)."""
 
 import pytest
 import reference as ref

@@ -1,4 +1,4 @@
-"""rlkit.losses: clipped surrogate, KL estimators, entropy and loss aggregation (spec §4)."""
+"""rlkit.losses: clipped surrogate, KL estimators, entropy and loss aggregation (docs/algorithms.md §4)."""
 
 import math
 

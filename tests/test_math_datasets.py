@@ -88,7 +88,7 @@ def test_unknown_names_list_the_known_ones(tmp_path):
         load_math_problems("not-a-dataset")
     with pytest.raises(ValueError, match="boxed"):
         load_math_problems(DATA / "gsm8k_sample.jsonl", template="fancy")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="dataset file not found"):
         load_math_problems(tmp_path / "missing.jsonl")
 
 

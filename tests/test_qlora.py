@@ -1,4 +1,8 @@
-"""QLoRA on a tiny 4-bit Llama (bitsandbytes NF4 on the CPU): the real quantized code path."""
+"""QLoRA on a tiny 4-bit Llama (bitsandbytes NF4 on the CPU): the real quantized code path.
+
+The model is the 64-wide fixture, whose layer widths every bitsandbytes CPU kernel accepts, so these
+tests take the same path as a real model on this CPU (with or without AVX512-BF16).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import bitsandbytes as bnb
 import pytest
 import torch
 
+from rlkit.cli import main
 from rlkit.losses import kl_divergence
-from rlkit.models.loading import ModelSpec, load_policy
+from rlkit.models.loading import ModelSpec, QuantizedGradientError, load_policy
 from rlkit.rollout import generate_rollouts, sequence_logprobs
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
@@ -40,8 +45,8 @@ def changed_tensors(before, after) -> set[str]:
 
 
 @pytest.fixture
-def policy(tiny_model_dir):
-    return load_policy(qlora_spec(tiny_model_dir))
+def policy(tiny_4bit_model_dir):
+    return load_policy(qlora_spec(tiny_4bit_model_dir))
 
 
 @pytest.fixture
@@ -84,6 +89,42 @@ def test_linear_layers_are_nf4_double_quantized(policy):
     )
 
 
+def test_every_lora_b_gets_a_gradient_in_a_step_after_generation(policy, fixed_batch):
+    """Generation (an eval-mode, no-grad pass) must leave every 4-bit layer on the autograd path.
+
+    LoRA's B starts at 0, so B's gradient is non-zero only if the loss's gradient reaches that
+    layer's output; a 4-bit layer that drops its input gradient cuts every adapter before it
+    (bitsandbytes 0.50 on AVX512-BF16 CPUs, see rlkit/models/loading.py).
+    """
+    nll(policy, fixed_batch).backward()
+    lora_b = {n: p.grad for n, p in policy.model.named_parameters() if "lora_B" in n}
+    assert len(lora_b) == 2 * len(LINEAR_NAMES)
+    without = sorted(n for n, g in lora_b.items() if g is None or not bool(g.abs().sum() > 0))
+    assert without == []
+
+
+def test_a_4bit_layer_that_drops_gradients_after_inference_is_refused(
+    tiny_4bit_model_dir, monkeypatch, capsys, tmp_path
+):
+    """The load-time probe refuses the failure mode itself, whichever machine runs the test: here
+    every 4-bit layer detaches its output once it has run an eval-mode no-grad pass."""
+    forward = bnb.nn.Linear4bit.forward
+
+    def detaching_after_inference(self, x):
+        if not self.training and not torch.is_grad_enabled():
+            self.seen_inference = True
+        out = forward(self, x)
+        return out.detach() if getattr(self, "seen_inference", False) else out
+
+    monkeypatch.setattr(bnb.nn.Linear4bit, "forward", detaching_after_inference)
+    message = "q_proj stops the gradient after an inference pass"
+    with pytest.raises(QuantizedGradientError, match=message):
+        load_policy(qlora_spec(tiny_4bit_model_dir))
+    args = [f"model.name_or_path={tiny_4bit_model_dir}", "model.mode=qlora", "progress=false"]
+    assert main(["train", f"output_dir={tmp_path}", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_training_decreases_the_loss_and_changes_only_lora_weights(policy, fixed_batch):
     before = snapshot(policy.model)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
@@ -111,7 +152,7 @@ def test_reference_kl_is_zero_before_the_first_update_and_positive_after(policy,
 
 
 def test_adapter_save_and_load_reproduces_the_logprobs(
-    policy, fixed_batch, tiny_model_dir, tmp_path
+    policy, fixed_batch, tiny_4bit_model_dir, tmp_path
 ):
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=1e-2)
     for _ in range(2):
@@ -122,7 +163,7 @@ def test_adapter_save_and_load_reproduces_the_logprobs(
     with torch.no_grad():
         trained, _ = sequence_logprobs(policy.model, fixed_batch, fixed_batch.temperatures)
 
-    fresh = load_policy(qlora_spec(tiny_model_dir))
+    fresh = load_policy(qlora_spec(tiny_4bit_model_dir))
     with torch.no_grad():
         untrained, _ = sequence_logprobs(fresh.model, fixed_batch, fixed_batch.temperatures)
         fresh.load_trainable_state(tmp_path / "adapter")

@@ -1,4 +1,4 @@
-"""Prompt orders (spec §2, clustered sampling) and their resumable state."""
+"""Prompt orders (docs/algorithms.md §2, clustered sampling) and their resumable state."""
 
 from __future__ import annotations
 

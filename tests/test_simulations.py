@@ -17,7 +17,14 @@ from simulations.population import (
     GaussianPopulation,
     bernoulli_rewards,
 )
-from simulations.stats import binomial_z, mean_ci, paired_difference, within_standard_errors
+from simulations.stats import (
+    Interval,
+    binomial_z,
+    mean_ci,
+    minimum_detectable_difference,
+    paired_difference,
+    within_standard_errors,
+)
 
 torch.set_num_threads(1)
 
@@ -236,3 +243,83 @@ def test_interval_helpers():
     assert diff.mean == pytest.approx(0.9667, abs=1e-4)
     with pytest.raises(ValueError, match="at least 2"):
         mean_ci([1.0])
+
+
+def test_value_at_level_interpolates_between_the_steps_around_the_crossing():
+    success = np.array([[0.0, 0.5, 1.0, 1.0], [0.0, 0.1, 0.2, 0.3], [0.9, 0.95, 1.0, 1.0]])
+    entropy = np.array([[2.0, 1.0, 0.0, 0.0], [2.0, 2.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0]])
+    out = ex.value_at_level(success, entropy, 0.8)
+    assert out[0] == pytest.approx(0.4)  # 60% of the way from step 1 to step 2
+    assert np.isnan(out[1]) and np.isnan(out[2])  # never reached / started above
+    steps = ex.steps_to_level(success[:1], 0.75, start=1)
+    assert steps[0] == pytest.approx(0.5)
+
+
+def test_shrunk_batch_variance_is_the_variance_ebpo_whitens():
+    rewards = bernoulli_rewards(torch.rand(64, dtype=torch.float64), 4, np.random.default_rng(0))
+    diag = get_estimator("ebpo", prior="batch", whitening="none")(rewards).diagnostics
+    shrinkage = float(diag["shrinkage"][0])
+    terms = cf.shrunk_batch_variance(rewards, shrinkage)
+    measured = float(diag["raw_advantages"].to(torch.float64).var(unbiased=False))
+    assert terms["within"] + terms["between_shrunk"] == pytest.approx(measured, rel=1e-5)
+    assert 0 < shrinkage < 1 and terms["between_full"] > terms["between_shrunk"]
+
+
+@pytest.mark.parametrize("group_size", [2, 4, 32])
+def test_raw_shrinks_less_iff_tau2_below_sigma2_over_root_g(group_size):
+    for tau2 in np.linspace(0.005, 0.2, 40):
+        s_star = cf.shrinkage_factor(0.2, tau2, group_size)
+        s_raw = cf.shrinkage_factor(*cf.raw_hyperparameters(0.2, tau2, group_size), group_size)
+        assert (s_raw < s_star) == cf.raw_shrinks_less(0.2, tau2, group_size)
+
+
+def test_minimum_detectable_difference_has_the_stated_power():
+    n, rng = 12, np.random.default_rng(0)
+    samples = rng.normal(0.0, 1.0, (4000, n))
+    null = mean_ci(samples, axis=1)
+    # a true difference equal to the MDD at the true SE 1/√n is detected ~80% of the time
+    shift = minimum_detectable_difference(Interval(0.0, 1 / math.sqrt(n), 0.0, 0.0), n)
+    detected = mean_ci(samples + shift, axis=1).low > 0
+    assert 0.72 < detected.mean() < 0.86
+    assert (null.low > 0).mean() < 0.04  # and no difference is rarely "detected"
+
+
+def test_step_size_sweep_adds_grpo_at_the_matched_step():
+    config = ex.BanditConfig(num_prompts=8, num_answers=4)
+    out = ex.step_size_sweep(["GRPO", "EBPO"], config, [0.5, 0.25], seeds=[0, 1], horizon=3)
+    assert set(out) == {0.5, 0.25}
+    for lr, result in out.items():
+        runs = result["runs"]
+        assert set(runs) == {"GRPO", "EBPO", ex.MATCHED_STEP}
+        assert runs["GRPO"]["success"].shape == (2, math.ceil(3 / lr))
+        assert result["k"] == pytest.approx(ex.effective_step_ratio(runs, "EBPO"))
+        # the matched arm's first step is k times GRPO's on the same data
+        assert runs[ex.MATCHED_STEP]["grad_norm"][:, 0] == pytest.approx(
+            runs["GRPO"]["grad_norm"][:, 0]
+        )
+    assert out[0.5]["k"] > 1  # EBPO's whitened step is larger than GRPO's at G = 4
+
+
+def test_baseline_gradient_variance_rows():
+    pop = BetaPopulation(2.0, 3.0)
+    out = ex.baseline_gradient_variance(pop, 4, 64, 50, num_answers=4, seed=0)
+    assert set(out) >= {"group mean (GRPO)", "EBPO (estimated)", "oracle EB", "true θ"}
+    assert np.all(out["true θ"]["mse"] == 0)
+    group_mean = mean_ci(out["group mean (GRPO)"]["mse"])
+    assert group_mean.mean == pytest.approx(cf.group_mean_mse(pop.sigma2, 4), rel=0.15)
+    for row in out.values():
+        assert row["grad_variance"].shape == (64,) and (row["grad_variance"] >= 0).all()
+
+
+def test_shift_bandit_logs_what_pins_eps():
+    config = ex.ShiftConfig(
+        num_prompts=8,
+        steps=12,
+        population=ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6),
+    )
+    adaptive = ex.train_shift_bandit(config, seed=0, adaptive_clip=True, adaptive_temperature=False)
+    fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    for key in ("eps_at_floor", "ratio_at_floor"):
+        assert ((adaptive[key] >= 0) & (adaptive[key] <= 1)).all()
+    assert adaptive["entropy_ratio"][0] == 1.0  # H̄_ref starts at the first entropy
+    assert np.all(fixed["entropy_ratio"] == 1.0) and np.all(fixed["eps_at_floor"] == 0)

@@ -1,4 +1,4 @@
-"""rlkit.stats: Welford/Chan running moments, EMA, dispersion and adjusted skewness (spec §2, §3)."""
+"""rlkit.stats: Welford/Chan running moments, EMA, dispersion and adjusted skewness (docs/algorithms.md §2, §3)."""
 
 import math
 
@@ -200,7 +200,7 @@ def test_dispersion_matches_reference(shape, kind, disp):
 def test_mad_and_iqr_match_scipy(shape):
     x = random_groups(shape[1], shape, "continuous")
     xn = x.numpy()
-    # scipy's 'normal' scales are 1/Φ⁻¹(3/4) = 1.482602… and 2Φ⁻¹(3/4) = 1.348979…; the spec
+    # scipy's 'normal' scales are 1/Φ⁻¹(3/4) = 1.482602… and 2Φ⁻¹(3/4) = 1.348979…; docs/algorithms.md §1
     # rounds them to 1.4826 and 1.349, a relative difference below 2e-5.
     mad = scipy.stats.median_abs_deviation(xn, axis=1, scale="normal")
     iqr = scipy.stats.iqr(xn, axis=1, scale="normal")

@@ -220,12 +220,13 @@ def test_config_snapshot_written(tmp_path, tiny_model_dir):
     assert json.loads(json.dumps(read_metrics(tmp_path)[-1]))["step"] == 1
 
 
-def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_model_dir):
+def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_4bit_model_dir):
     """QLoRA through the same trainer: KL to the reference is 0 before the first update (LoRA's B
-    starts at 0) and > 0 after it, so the reference is the base with the adapter disabled."""
+    starts at 0) and > 0 after it, so the reference is the base with the adapter disabled. The
+    first step, which follows generation, moves every LoRA B matrix off zero (all adapters train)."""
     cfg = make_config(
         tmp_path,
-        tiny_model_dir,
+        tiny_4bit_model_dir,
         "model.mode=qlora",
         "model.lora_r=4",
         "optim.lr=0.05",
@@ -235,7 +236,12 @@ def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_model_
     trainer = Trainer(cfg)
     trainer.scorer = PatternScorer()
     base = {k: v.clone() for k, v in trainer.policy.model.state_dict().items() if "lora_" not in k}
-    first, second = trainer.step(), trainer.step()
+    first = trainer.step()
+    unmoved = [
+        n for n, p in trainer.policy.model.named_parameters() if "lora_B" in n and not p.any()
+    ]
+    assert unmoved == []
+    second = trainer.step()
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)
     assert second["kl"] > 1e-6
     after = {k: v for k, v in trainer.policy.model.state_dict().items() if "lora_" not in k}
@@ -290,7 +296,8 @@ def test_difficulty_curriculum_starts_with_what_the_starting_policy_solves(
     assert 0 < solved < len(trainer.train_problems)
     first = trainer.sampler.next_batch(int(solved))
     assert all(int(p.answer) % 2 == 0 for p in first)  # easy (pass rate 1) before hard
-    Trainer(cfg).train()
+    trainer.close()  # release the run directory for the run below
+    Trainer(cfg, overwrite=True).train()
     resumed = Trainer(
         make_config(tmp_path, tiny_model_dir, "rollout.order=difficulty", "steps=3"), resume=True
     )
@@ -337,3 +344,63 @@ def test_memory_knobs_keep_the_metrics(tmp_path, tiny_model_dir, monkeypatch):
     assert [e["step"] for e in evals] == [2]
     assert [r["step"] for r in rows] == [1, 2]
     assert all("entropy" not in r for r in rows) and "reward" in rows[-1]
+
+
+def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, monkeypatch):
+    """π_old is the sampling policy: with LoRA dropout, old log-probs (and AGPO's step-KL pass)
+    must be computed in eval mode, so the ratio starts at exactly 1 and the drift before any
+    update is 0. Checked at step 2, once B ≠ 0 (at step 1 the LoRA branch is 0 with or without
+    dropout)."""
+    from rlkit.rollout import sequence_logprobs
+
+    cfg = make_config(
+        tmp_path,
+        tiny_model_dir,
+        "model.mode=lora",
+        "model.lora_r=4",
+        "model.lora_dropout=0.3",
+        "optim.lr=0.05",
+        "algo.estimator=agpo",
+        "agpo.enabled=true",
+    )
+    trainer = Trainer(cfg)
+    trainer.scorer = PatternScorer()
+    seen = []
+    update = trainer.update
+
+    def checking_update(rollouts, advantages, old_logp, ref_logp, temps, *eps):
+        num_prompts = len(rollouts) // cfg.rollout.group_size
+        drift = trainer.step_kl(rollouts, old_logp, temps, num_prompts)
+        trainer.policy.model.eval()
+        with torch.no_grad():
+            eval_logp, _ = sequence_logprobs(trainer.policy.model, rollouts, temps)
+        trainer.policy.model.train()
+        seen.append((old_logp, eval_logp, drift))
+        return update(rollouts, advantages, old_logp, ref_logp, temps, *eps)
+
+    monkeypatch.setattr(trainer, "update", checking_update)
+    trainer.step()
+    trainer.step()
+    old_logp, eval_logp, drift = seen[-1]
+    assert any(p.any() for n, p in trainer.policy.model.named_parameters() if "lora_B" in n)
+    torch.testing.assert_close(old_logp, eval_logp)
+    torch.testing.assert_close(drift, torch.zeros_like(drift))
+
+
+def test_logged_learning_rate_is_the_one_this_step_used(tmp_path, tiny_model_dir):
+    """Linear warm-up over 4 steps: steps 1 and 2 update with lr/4 and 2·lr/4, and log that."""
+    cfg = make_config(tmp_path, tiny_model_dir, "optim.lr=0.01", "optim.warmup_steps=4")
+    Trainer(cfg).train()
+    rows = read_metrics(tmp_path)
+    assert [r["learning_rate"] for r in rows[1:]] == pytest.approx([0.0025, 0.005])
+
+
+def test_agpo_dispersion_drives_the_agpo_estimator(tmp_path, tiny_model_dir):
+    from rlkit.advantages import get_estimator
+
+    cfg = make_config(tmp_path, tiny_model_dir, "algo.estimator=agpo", "agpo.dispersion=mad")
+    estimator = Trainer(cfg).estimator
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 3.0], [1.0, 2.0, 2.0, 7.0]])
+    expected = get_estimator("agpo", dispersion="mad")(rewards).advantages
+    assert not torch.allclose(expected, get_estimator("agpo")(rewards).advantages)
+    torch.testing.assert_close(estimator(rewards).advantages, expected)

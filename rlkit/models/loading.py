@@ -1,7 +1,7 @@
-"""Load a causal LM as a trainable policy: full fine-tune, LoRA, or QLoRA (spec §3, §4).
+"""Load a causal LM as a trainable policy: full fine-tune, LoRA, or QLoRA (docs/algorithms.md §3, §4).
 
 One entry point, `load_policy(ModelSpec)`, returns a `Policy` that bundles the model, its tokenizer
-and the *reference* policy used by the KL term (spec §4):
+and the *reference* policy used by the KL term (docs/algorithms.md §4):
 
 - `full`  — every weight trains; the reference is a frozen deep copy taken at load time.
 - `lora`  — peft LoRA adapters on a frozen base; the reference is the same module with the
@@ -9,8 +9,22 @@ and the *reference* policy used by the KL term (spec §4):
 - `qlora` — as `lora`, on a base loaded in 4-bit by bitsandbytes (NF4, double quantization,
             configurable compute dtype), prepared with `peft.prepare_model_for_kbit_training`.
 
-Disabling the adapter for the reference fixes a flaw of the AGPO authors' code (spec §3, "known
+Disabling the adapter for the reference fixes a flaw of the AGPO authors' code (docs/algorithms.md §3, "known
 flaws"): there, no reference model was created under LoRA and the KL term was silently zero.
+
+QLoRA on CPUs with AVX512-BF16 (an upstream bug, seen in bitsandbytes 0.50.2): the first eval-mode,
+no-grad forward of a `bnb.nn.Linear4bit` (e.g. inside `generate`) repacks its weight in place, for
+good, for a fused inference kernel (`Linear4bit.forward` →
+`functional._convert_weight_packed_for_cpu`). From then on `autograd._functions.matmul_4bit` sends
+every call, training ones included, to `gemv_4bit`, an op with no autograd kernel: the gradient
+stops at every 4-bit base layer (at init, with LoRA's B = 0, only the o_proj and down_proj adapters
+get one; later the others get only what flows back through later adapters). The repack also computes
+in bf16 with bf16 scales (sampling no longer matches the policy being trained), re-quantizes the
+scales when the model is saved, and fails on layers narrower than the 64-wide quantization block.
+`load_policy` therefore turns the repack off on every 4-bit layer (`support_avx512bf16_for_cpu =
+False`, the switch the layer reads), then probes each layer — a gradient, an inference pass, the
+gradient again — and raises `QuantizedGradientError` (the CLI prints it) rather than train part of
+the adapters if any layer still loses its input gradient.
 """
 
 from __future__ import annotations
@@ -18,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,85 +46,20 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-MODES = ("full", "lora", "qlora")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANT_TYPES = ("nf4", "fp4")
+from rlkit.models.spec import ModelSpec
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
-@dataclass
-class ModelSpec:
-    """What to load and how to train it.
-
-    `name_or_path` is a local directory or a Hugging Face hub id. `target_modules` is
-    "all-linear" (every linear layer except the output head, peft's shorthand) or a list of
-    module names. `device="auto"` picks CUDA when available, else the CPU.
-    """
-
-    name_or_path: str
-    mode: str = "lora"
-    lora_r: int = 16
-    lora_alpha: float = 32
-    lora_dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
-    compute_dtype: str = "float32"
-    quant_type: str = "nf4"
-    double_quant: bool = True
-    gradient_checkpointing: bool = False
-    trust_remote_code: bool = False
-    device: str = "auto"
-
-    def __post_init__(self) -> None:
-        if not self.name_or_path:
-            raise ValueError("ModelSpec.name_or_path must be a non-empty path or hub id")
-        if self.mode not in MODES:
-            raise ValueError(f"ModelSpec.mode must be one of {MODES}, got {self.mode!r}")
-        if not isinstance(self.lora_r, int) or self.lora_r <= 0:
-            raise ValueError(f"ModelSpec.lora_r must be a positive integer, got {self.lora_r!r}")
-        if self.lora_alpha <= 0:
-            raise ValueError(f"ModelSpec.lora_alpha must be > 0, got {self.lora_alpha!r}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"ModelSpec.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
-        if isinstance(self.target_modules, str):
-            if self.target_modules != "all-linear":
-                raise ValueError(
-                    "ModelSpec.target_modules must be 'all-linear' or a list of module names, "
-                    f"got {self.target_modules!r}"
-                )
-        elif not self.target_modules or not all(isinstance(m, str) for m in self.target_modules):
-            raise ValueError(
-                "ModelSpec.target_modules must be a non-empty list of module names, "
-                f"got {self.target_modules!r}"
-            )
-        if self.compute_dtype not in DTYPES:
-            raise ValueError(
-                f"ModelSpec.compute_dtype must be one of {tuple(DTYPES)}, got {self.compute_dtype!r}"
-            )
-        if self.quant_type not in QUANT_TYPES:
-            raise ValueError(
-                f"ModelSpec.quant_type must be one of {QUANT_TYPES}, got {self.quant_type!r}"
-            )
-        _resolve_device(self.device)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return DTYPES[self.compute_dtype]
-
-    @property
-    def torch_device(self) -> torch.device:
-        return _resolve_device(self.device)
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run `model` in eval mode (no dropout); its train/eval mode is restored on exit."""
+    was_training = model.training
+    model.eval()
     try:
-        resolved = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"ModelSpec.device is not a torch device: {device!r}") from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"ModelSpec.device is {device!r} but CUDA is not available")
-    return resolved
+        yield model
+    finally:
+        model.train(was_training)
 
 
 class Policy:
@@ -151,17 +99,12 @@ class Policy:
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[torch.nn.Module]:
-        """Yield the reference policy π_ref for the KL term (spec §4)."""
+        """Yield the reference policy π_ref for the KL term (docs/algorithms.md §4)."""
         if not self.uses_adapter:
             yield self._reference_model
             return
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.model.disable_adapter():
-                yield self.model
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), self.model.disable_adapter():
+            yield self.model
 
     def save(self, path: str | Path) -> None:
         """Write the trainable state: the adapter (LoRA/QLoRA) or all weights (full) + tokenizer."""
@@ -277,19 +220,67 @@ def _cast_frozen_to_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) ->
             param.data = param.data.to(dtype)
 
 
-def _keep_cpu_4bit_trainable(model: torch.nn.Module) -> None:
-    """Stop bitsandbytes repacking 4-bit weights for its CPU inference kernel.
+class QuantizedGradientError(ValueError):
+    """A 4-bit layer does not pass gradients after an inference pass: QLoRA would train only part
+    of its adapters on this machine."""
 
-    On the CPU (bitsandbytes 0.50), the first no-grad eval-mode forward of a `Linear4bit` (a
-    generation) repacks its weight in place for an AVX512-BF16 kernel that has no autograd: every
-    later forward, training included, returns no gradient to the layer's input, so only the
-    LoRA matrices next to the residual stream (o_proj, down_proj) still train. The repacking also
-    fails for layers narrower than a quantization block (64). Without it the CPU uses the
-    ordinary dequantize-and-matmul path; CUDA is unaffected.
+
+def _keep_4bit_layers_differentiable(model: PreTrainedModel) -> None:
+    """Turn off bitsandbytes' CPU inference repack (see the module docstring) on every 4-bit layer.
+
+    The switch is the attribute `Linear4bit.forward` reads; versions without it never repack.
     """
+    import bitsandbytes as bnb
+
     for module in model.modules():
-        if getattr(module, "support_avx512bf16_for_cpu", False):
+        if isinstance(module, bnb.nn.Linear4bit):
             module.support_avx512bf16_for_cpu = False
+
+
+def check_4bit_gradients(model: torch.nn.Module) -> None:
+    """Refuse a 4-bit base whose layers lose their input gradient after an inference pass.
+
+    Per 4-bit layer, on a 2-row input of ones (the global RNG is untouched): the input gradient
+    of a training-mode forward, then an eval-mode no-grad forward (what `generate` does), then the
+    gradient again; both must be non-zero and equal. Each layer's train/eval mode is restored.
+    """
+    import bitsandbytes as bnb
+
+    for name, layer in model.named_modules():
+        if not isinstance(layer, bnb.nn.Linear4bit):
+            continue
+        was_training = layer.training
+        dtype = layer.compute_dtype or torch.float32
+        x = torch.ones(2, layer.in_features, dtype=dtype, device=layer.weight.device)
+        problem = None
+        try:
+            before = _input_gradient(layer.train(), x)
+            with torch.no_grad():
+                layer.eval()(x)
+            after = _input_gradient(layer.train(), x)
+        except RuntimeError as err:
+            problem = f"fails: {err}"
+        else:
+            if before is None or not bool(before.abs().sum() > 0):
+                problem = "passes no gradient to its input"
+            elif after is None or not torch.allclose(before, after):
+                problem = "stops the gradient after an inference pass"
+        finally:
+            layer.train(was_training)
+        if problem:
+            raise QuantizedGradientError(
+                f"4-bit layer {name} {problem} (bitsandbytes {bnb.__version__} on "
+                f"{layer.weight.device.type}): model.mode=qlora would not train every adapter. "
+                "Use model.mode=lora, or the bitsandbytes version pyproject.toml names"
+            )
+
+
+def _input_gradient(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    x = x.detach().requires_grad_(True)
+    y = layer(x)
+    if not y.requires_grad:
+        return None
+    return torch.autograd.grad(y.sum(), x, allow_unused=True)[0]
 
 
 def load_policy(spec: ModelSpec) -> Policy:
@@ -303,12 +294,13 @@ def load_policy(spec: ModelSpec) -> Policy:
         reference_model = copy.deepcopy(model).eval().requires_grad_(False)
     elif spec.mode == "qlora":
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        _keep_4bit_layers_differentiable(model)
+        check_4bit_gradients(model)
     if spec.gradient_checkpointing:
         _enable_checkpointing(model)
     if spec.mode != "full":
         model = get_peft_model(model, _lora_config(spec))
     if spec.mode == "qlora":
         _cast_frozen_to_compute_dtype(model, spec.dtype)
-        _keep_cpu_4bit_trainable(model)
     model.train()
     return Policy(model, tokenizer, spec, reference_model)

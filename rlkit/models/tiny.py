@@ -6,18 +6,28 @@ deliberately short schedule, and caches the result on disk. The schedule is tune
 start sits at a *mixed* skill level — easy cells mostly solved, hard cells almost never, many in
 between — which is where RL with group baselines has signal to learn from.
 
-The cache key is a hash of the task and model configs, so a build is reused only for identical
-settings; it is built in a temporary directory and renamed when complete, so an interrupted build
-never looks finished. Same configs give bit-identical weights.
+The default run never builds: the weights it starts from are shipped in the package
+(`SHIPPED_DIR`, under a megabyte of safetensors) and identified by `weights_digest`, so every machine
+starts from the same bits. `build_tiny_policy` is how they were produced (``rlkit build-tiny``
+regenerates them; see `SHIPPED_DIR/build_info.json` for the settings, the machine and the digest).
+
+A build runs SFT on one torch thread whatever the caller's setting: float reductions then happen in
+one order, so the same configs give bit-identical weights at any thread count on the same CPU
+kernels. Another CPU (e.g. one with AVX512-BF16, which takes other oneDNN kernels) may still round
+differently, which is why the default is shipped rather than rebuilt. The cache key is a hash of
+the task and model configs, so a build is reused only for identical settings; it is built in a
+temporary directory and renamed when complete, so an interrupted build never looks finished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
+import platform
 import random
 import shutil
 import tempfile
@@ -26,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import (
     LlamaConfig,
@@ -37,9 +49,10 @@ from rlkit.cache import default_cache_dir
 from rlkit.models.tokenizer import build_char_tokenizer
 from rlkit.tasks.arithmetic import ArithmeticTask
 
-BUILD_FORMAT = 1  # bump when the build procedure changes, to invalidate old caches
+BUILD_FORMAT = 2  # bump when the build procedure changes, to invalidate old caches
 BUILD_INFO = "build_info.json"  # written last: its presence marks a finished build
 IGNORE_INDEX = -100
+SHIPPED_DIR = Path(__file__).with_name("builtin_tiny")  # the default run's warm start
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ class TinyModelConfig:
     num_heads: int = 4
     intermediate_size: int = 256
     max_positions: int = 128
-    sft_steps: int = 800
+    sft_steps: int = 400
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 50
@@ -95,11 +108,12 @@ def build_tiny_policy(
     config: TinyModelConfig | None = None,
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    out_dir: str | Path | None = None,
 ) -> Path:
     """Directory holding the warm-started tiny policy (model + tokenizer + build_info.json).
 
-    Reuses a finished build with the same key; otherwise builds into a temporary directory next
-    to the target and renames it into place.
+    The directory is ``out_dir`` if given, else ``cache_dir/tiny-<key>``. A finished build there
+    is reused; otherwise it is built in a temporary directory beside it and renamed into place.
     """
     task = task or ArithmeticTask()
     config = config or TinyModelConfig()
@@ -109,27 +123,34 @@ def build_tiny_policy(
             f"task has {len(task.difficulties)} difficulties"
         )
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache_dir / f"tiny-{build_key(task, config)}"
+    target = Path(out_dir) if out_dir else cache_dir / f"tiny-{build_key(task, config)}"
     if (target / BUILD_INFO).exists():
         return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         start = time.perf_counter()
         tokenizer = build_char_tokenizer(task.alphabet)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), one_torch_thread():
             torch.manual_seed(config.seed)
             model = new_tiny_llama(config, tokenizer)
             losses = supervised_warm_start(model, tokenizer, task, config, progress)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         info = {
-            "key": target.name,
+            "key": build_key(task, config),
             "task": dataclasses.asdict(task),
             "model": dataclasses.asdict(config),
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "sft_loss": losses,
             "build_seconds": time.perf_counter() - start,
+            "weights_sha256": weights_digest(model.state_dict()),
+            "built_with": {
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "threads": 1,
+                "machine": platform.machine(),
+            },
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1))
         if (target / BUILD_INFO).exists():  # a concurrent build finished first
@@ -139,6 +160,43 @@ def build_tiny_policy(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def shipped_tiny_policy() -> Path:
+    """Directory of the warm-started tiny policy shipped with rlkit (what ``builtin:tiny`` means)."""
+    if not (SHIPPED_DIR / BUILD_INFO).exists():
+        raise FileNotFoundError(
+            f"the built-in tiny policy is missing from {SHIPPED_DIR}: reinstall rlkit, or "
+            "regenerate it with `rlkit build-tiny --out " + str(SHIPPED_DIR) + "`"
+        )
+    return SHIPPED_DIR
+
+
+def weights_digest(state: dict[str, torch.Tensor] | str | Path) -> str:
+    """SHA-256 over (name, dtype, shape, bytes) of every tensor, in name order.
+
+    Takes a state dict or a model directory (its ``model.safetensors``); the two agree, so the
+    digest of a loaded model can be checked against the file it came from.
+    """
+    if not isinstance(state, dict):
+        state = load_file(Path(state) / "model.safetensors")
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """Run on one intra-op thread (restored after): a thread-count-independent reduction order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def new_tiny_llama(config: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:

@@ -10,7 +10,7 @@ class Problem:
     """A prompt with its reference answer.
 
     `topic` and `difficulty` are the cluster labels that clustered sampling and difficulty
-    curricula use (spec §2, "Clustered sampling"); datasets without them leave the defaults.
+    curricula use (docs/algorithms.md §2, "Clustered sampling"); datasets without them leave the defaults.
     """
 
     id: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 
 from rlkit.tasks.base import Problem
 
@@ -18,12 +19,13 @@ def _subset(problems: list[Problem], n: int) -> list[Problem]:
 
 
 def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
-    """(train, eval) problems. The run's seed does not change the task (it only orders it):
-    the built-in arithmetic task is the one the tiny model was warm-started on."""
+    """(train, eval) problems. The run's seed does not change the task (it only orders it): by
+    default the arithmetic task is the one the built-in tiny model was warm-started on, and
+    ``task.arithmetic`` changes its fields (topics, difficulties, split sizes)."""
     if task_cfg.name == "arithmetic":
-        from rlkit.tasks.arithmetic import ArithmeticTask
+        from rlkit.tasks.arithmetic import arithmetic_task
 
-        task = ArithmeticTask()
+        task = arithmetic_task(task_cfg.arithmetic)
         train, evaluation = task.problems("train"), task.problems("eval")
         return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
 
@@ -38,6 +40,30 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
         )
         return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
     # no separate eval set: hold out num_eval problems of the training data
+    if len(train) <= task_cfg.num_eval:
+        raise ValueError(
+            f"task.name={task_cfg.name}: {len(train)} problems are too few to hold out "
+            f"task.num_eval={task_cfg.num_eval} for evaluation and train on the rest; lower "
+            "task.num_eval or give a separate task.eval_name"
+        )
     held_out = _subset(train, task_cfg.num_eval)
     held_ids = {p.id for p in held_out}
     return _subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out
+
+
+def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: int) -> int:
+    """Warn, with the count, about prompts that leave fewer than ``max_new_tokens`` positions of
+    the model's context (``context`` None: unknown, no check). Returns the count."""
+    if not context or not problems:
+        return 0
+    limit = context - max_new_tokens
+    lengths = [len(ids) for ids in tokenizer([p.prompt for p in problems])["input_ids"]]
+    too_long = sum(n > limit for n in lengths)
+    if too_long:
+        warnings.warn(
+            f"{too_long} of {len(problems)} prompts are longer than {limit} tokens: with "
+            f"rollout.max_new_tokens={max_new_tokens} they exceed the model's context of "
+            f"{context} tokens (generation past the context is unreliable)",
+            stacklevel=2,
+        )
+    return too_long

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ TEMPLATES = {
 QUESTION_FIELDS = ("question", "problem", "prompt")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-CACHE_FORMAT = 1  # bump when the cached rows (cleaning, fields) change
+CACHE_FORMAT = 2  # bump when the cached rows (cleaning, fields, checks) change
 
 
 def clean_answer(answer) -> str:
@@ -119,8 +120,8 @@ def eval_split(source: str | Path) -> str | None:
     return resolve_spec(str(source)).eval_split
 
 
-def _column(table, path: str) -> list:
-    """A dotted field path (``prompt.0.content``) of every row, read column-wise with Arrow."""
+def _column(table, path: str):
+    """A dotted field path (``prompt.0.content``) of every row, as one Arrow array."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -134,17 +135,24 @@ def _column(table, path: str) -> list:
     return values
 
 
-def _unique_rows(table, question_field: str, clean_question) -> list[tuple[int, str]]:
-    """(row index, cleaned question) of the first row of each distinct cleaned question, in
-    file order. Hashing runs column-wise (DAPO-Math-17k repeats each of its ~17k prompts about
-    100 times in ~1.8 M rows); ``clean_question`` then runs once per distinct raw question."""
-    import pandas as pd
+def _codes(values) -> tuple:
+    """(code of each row, -1 where null; the distinct values in order of first appearance)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    raw = pd.Series(_column(table, question_field).to_pandas()).drop_duplicates()
-    first: dict[str, int] = {}
-    for index, question in zip(raw.index.tolist(), raw.tolist()):
-        first.setdefault(clean_question(question), index)
-    return [(index, question) for question, index in first.items()]
+    try:
+        encoded = pc.dictionary_encode(values)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        return codes.astype(np.int64), encoded.dictionary.to_pylist()
+    except pa.ArrowNotImplementedError:  # lists, structs: hash a JSON rendering instead
+        import pandas as pd
+
+        objects = values.to_pylist()
+        keys = [None if v is None else json.dumps(v, sort_keys=True, default=str) for v in objects]
+        codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+        first = {code: i for i, code in reversed(list(enumerate(codes))) if code >= 0}
+        return codes.astype(np.int64), [objects[first[c]] for c in range(len(uniques))]
 
 
 def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> str:
@@ -157,6 +165,54 @@ def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> s
     )
 
 
+def _check_local_file(path: Path) -> None:
+    """A local dataset file exists, is not empty and (JSON/JSONL) parses; a ValueError names the
+    file and, for a malformed JSON Lines record, its line number. A ``.json`` file may hold one
+    JSON document or JSON Lines (as `datasets` accepts)."""
+    if not path.is_file():
+        raise ValueError(f"dataset file not found: {path}")
+    if path.suffix == ".parquet":
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ValueError(f"dataset file {path} is empty")
+    if path.suffix == ".json":
+        try:
+            json.loads(text)
+            return
+        except json.JSONDecodeError:
+            pass  # not one document: it must be JSON Lines
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"dataset file {path}, line {number}: malformed JSON: {err.msg}"
+            ) from None
+        if not isinstance(record, dict):
+            raise ValueError(
+                f"dataset file {path}, line {number}: expected a JSON object, "
+                f"got {type(record).__name__}"
+            )
+
+
+def _load_hub(spec: DatasetSpec, name: str, split: str):
+    """``datasets.load_dataset`` for a hub dataset; a download or cache failure (offline, unknown
+    split, no access) is one ValueError line instead of a traceback."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(spec.hub_id, spec.config, split=split)
+    except Exception as err:  # noqa: BLE001 - datasets raises many types; all mean "not loaded"
+        first = (str(err).strip().splitlines() or [""])[0][:300]
+        raise ValueError(
+            f"dataset {name}: could not load {spec.hub_id} (split {split}) from the Hugging Face "
+            f"hub or its cache: {type(err).__name__}: {first}"
+        ) from None
+
+
 def load_math_problems(
     source: str | Path,
     split: str | None = None,
@@ -166,6 +222,9 @@ def load_math_problems(
     answer_field: str | None = None,
 ) -> list[Problem]:
     """Problems of a named dataset or a local file, in file order, deduplicated by question.
+
+    Rows without a question or answer (null or empty) are skipped with a warning giving their
+    count; so are questions repeated with a different answer (the first is kept).
 
     Args:
         source: a key of `DATASETS`, or a path to a ``.jsonl`` / ``.json`` / ``.parquet`` file.
@@ -181,8 +240,7 @@ def load_math_problems(
         raise ValueError(f"limit must be >= 0, got {limit}")
     path = Path(source)
     if path.suffix in LOCAL_FORMATS:
-        if not path.exists():
-            raise FileNotFoundError(f"dataset file not found: {path}")
+        _check_local_file(path)
         stat = path.stat()
         spec, name = None, path.stem
         origin = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
@@ -190,22 +248,36 @@ def load_math_problems(
         spec, name = resolve_spec(str(source)), str(source).lower()
         split = split or spec.split
         origin = [spec.hub_id, spec.config, split]
-    payload = json.dumps([CACHE_FORMAT, origin, question_field, answer_field])
+    key = json.dumps([CACHE_FORMAT, origin, question_field, answer_field])
     cache = (
         default_cache_dir()
         / "datasets"
-        / f"{name}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}.json"
+        / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     )
     if cache.exists():
-        rows = json.loads(cache.read_text())
+        found = json.loads(cache.read_text())
     else:
-        rows = _distinct_rows(
+        found = _distinct_rows(
             path if spec is None else spec, split, name, question_field, answer_field
         )
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rows))
+        tmp.write_text(json.dumps(found))
         tmp.replace(cache)
+    if found["missing"]:
+        warnings.warn(
+            f"dataset {source}: skipped {found['missing']} rows without a question or answer "
+            f"(first: row {found['first_missing']})",
+            stacklevel=2,
+        )
+    if found["conflicts"]:
+        warnings.warn(
+            f"dataset {source}: {found['conflicts']} repeated questions have a different answer "
+            "than their first occurrence; kept the first",
+            stacklevel=2,
+        )
+    if not found["rows"]:
+        raise ValueError(f"dataset {source} has no row with both a question and an answer")
     return [
         Problem(
             id=f"{name}/{row['index']}",
@@ -214,7 +286,7 @@ def load_math_problems(
             topic=row["topic"],
             difficulty=row["difficulty"],
         )
-        for row in rows[:limit]
+        for row in found["rows"][:limit]
     ]
 
 
@@ -224,20 +296,27 @@ def _distinct_rows(
     name: str,
     question_field: str | None,
     answer_field: str | None,
-) -> list[dict]:
-    """Index, cleaned question and answer, topic and difficulty of the first row of each
-    distinct question, in file order."""
-    import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+) -> dict:
+    """The first row of each distinct cleaned question, in file order (index, question, answer,
+    topic, difficulty), with the count of rows lacking a question or answer and of repeated
+    questions whose answer differs from their first occurrence.
 
-    spec = source if isinstance(source, DatasetSpec) else None
-    if spec is None:
+    Column-wise: questions and answers are dictionary-encoded by Arrow, blank checks and cleaning
+    run once per distinct value, and duplicates are counted per distinct (question, answer) pair.
+    """
+    import numpy as np
+
+    if isinstance(source, DatasetSpec):
+        spec, rows = source, _load_hub(source, name, split)
+    else:
+        import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+
+        spec = None
         rows = datasets.load_dataset(
             LOCAL_FORMATS[source.suffix], data_files=str(source), split="train"
         )
-    else:
-        rows = datasets.load_dataset(spec.hub_id, spec.config, split=split)
     if len(rows) == 0:
-        return []
+        raise ValueError(f"dataset {source} has no rows")
     first = rows[0]
     question_field = question_field or (
         spec.question_field if spec else _detect(first, QUESTION_FIELDS, "question", name)
@@ -246,22 +325,55 @@ def _distinct_rows(
         spec.answer_field if spec else _detect(first, ANSWER_FIELDS, "answer", name)
     )
     table = rows.with_format("arrow")[:]
-    kept = _unique_rows(table, question_field, spec.clean_question if spec else str.strip)
-    take = [index for index, _ in kept]
+    q_codes, q_values = _codes(_column(table, question_field))
+    a_codes, a_values = _codes(_column(table, answer_field))
+    q_ok = np.array([not _blank(v) for v in q_values] + [False])  # code -1 (null) -> False
+    a_ok = np.array([not _blank(v) for v in a_values] + [False])
+    valid = q_ok[q_codes] & a_ok[a_codes]
+    missing = np.flatnonzero(~valid)
+    row_index = np.flatnonzero(valid)
+    pairs = q_codes[valid] * max(1, len(a_values)) + a_codes[valid]
+    distinct, first_at, counts = np.unique(pairs, return_index=True, return_counts=True)
+    clean_question = spec.clean_question if spec else str.strip
+    kept, answers, conflicts = [], {}, 0
+    for k in np.argsort(first_at):
+        q, a = divmod(int(distinct[k]), max(1, len(a_values)))
+        question, answer = clean_question(str(q_values[q])), clean_answer(a_values[a])
+        if question in answers:
+            conflicts += int(counts[k]) if answers[question] != answer else 0
+            continue
+        answers[question] = answer
+        kept.append((int(row_index[first_at[k]]), question, answer))
+    take = [index for index, _, _ in kept]
 
     def column(field: str | None) -> list:
         return _column(table, field).take(take).to_pylist() if field else [None] * len(take)
 
-    answers = column(answer_field)
     topics = column(spec.topic_field if spec else None)
     difficulties = column(spec.difficulty_field if spec else None)
-    return [
-        {
-            "index": index,
-            "question": question,
-            "answer": clean_answer(answer),
-            "topic": "" if topic is None else str(topic),
-            "difficulty": 0 if difficulty is None else int(difficulty),
-        }
-        for (index, question), answer, topic, difficulty in zip(kept, answers, topics, difficulties)
-    ]
+    return {
+        "rows": [
+            {
+                "index": index,
+                "question": question,
+                "answer": answer,
+                "topic": "" if topic is None else str(topic),
+                "difficulty": 0 if difficulty is None else int(difficulty),
+            }
+            for (index, question, answer), topic, difficulty in zip(kept, topics, difficulties)
+        ],
+        "missing": len(missing),
+        "first_missing": int(missing[0]) if len(missing) else None,
+        "conflicts": conflicts,
+    }
+
+
+def _blank(value) -> bool:
+    """A missing field: None, an empty or whitespace-only string, or a list of only those."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list):
+        return all(_blank(v) for v in value)
+    return False

@@ -1,0 +1,147 @@
+"""A run directory: what a run may read from it, who may write to it, and how a run starts there.
+
+``RUN_DIR`` holds ``config.yaml`` (the run's full config), ``metrics.jsonl``, ``tensorboard/``,
+``checkpoints/`` and ``.lock``, locked while a process trains there.
+
+- Every path read from a run directory must resolve inside it (:func:`confined`): a symlink or a
+  ``checkpoints/latest`` pointing elsewhere is refused.
+- One process at a time: :class:`RunLock` takes an exclusive ``flock`` on ``.lock``. The kernel drops
+  it when the process dies, so a lock left by a killed run is never in the way.
+- A fresh run refuses a non-empty directory unless told to overwrite (:func:`check_fresh`), and
+  then removes only what a run writes there (:func:`clear_run`).
+- A resumed run keeps its saved config: only :data:`RESUME_OVERRIDES` may change
+  (:func:`check_resume_config`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from rlkit.config import TrainConfig, load_config
+
+CHECKPOINTS = "checkpoints"
+CONFIG = "config.yaml"
+LOCK = ".lock"
+RUN_FILES = (CONFIG, "metrics.jsonl", "tensorboard", CHECKPOINTS)  # what --overwrite removes
+# Keys a resumed run may change: its length, checkpoint and eval cadence, logging, and the
+# trust_remote_code flag (always taken from the command line, never from a run directory).
+RESUME_OVERRIDES = (
+    "steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "eval.every",
+    "tensorboard",
+    "progress",
+    "model.trust_remote_code",
+)
+
+
+def confined(run_dir: Path, path: Path) -> Path:
+    """``path`` resolved (symlinks followed); a ValueError if it lies outside ``run_dir``."""
+    root, resolved = Path(run_dir).resolve(), Path(path).resolve()
+    if not resolved.is_relative_to(root):
+        raise ValueError(f"{path} points outside the run directory {run_dir} (to {resolved})")
+    return resolved
+
+
+def check_run_files(run_dir: Path) -> None:
+    """Every file or folder a run keeps (:data:`RUN_FILES`) resolves inside ``run_dir``."""
+    for name in RUN_FILES:
+        confined(run_dir, Path(run_dir) / name)
+
+
+class RunLock:
+    """Exclusive lock on ``RUN_DIR/.lock`` (``fcntl.flock``), released by :meth:`release` or when
+    the process ends, however it ends."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            owner = self._file.read().strip() or "another process"
+            self._file.close()
+            raise ValueError(
+                f"run directory {run_dir} is in use by {owner} (lock {self.path}); "
+                "wait for it to finish or choose another output_dir"
+            ) from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"process {os.getpid()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the file drops the flock
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def check_fresh(run_dir: Path, overwrite: bool) -> None:
+    """A fresh run needs an empty directory (its own lock file aside), unless ``overwrite``."""
+    run_dir = Path(run_dir)
+    others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK)
+    if others and not overwrite:
+        raise ValueError(
+            f"output_dir {run_dir} is not empty ({', '.join(others[:4])}"
+            f"{', …' if len(others) > 4 else ''}); resume it with --resume, choose another "
+            "output_dir, or pass --overwrite to replace the previous run"
+        )
+
+
+def clear_run(run_dir: Path) -> None:
+    """Remove what a previous run wrote (:data:`RUN_FILES`), nothing else. Called with the lock
+    held, once the new run has loaded its model and data."""
+    for name in RUN_FILES:
+        path = Path(run_dir) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _flatten(cfg: TrainConfig) -> dict:
+    """``section.key`` → value; option mappings such as ``algo.options`` stay whole."""
+    out = {}
+    for key, value in cfg.to_dict().items():
+        if isinstance(value, dict):
+            out |= {f"{key}.{name}": v for name, v in value.items()}
+        else:
+            out[key] = value
+    return out
+
+
+def saved_config(run_dir: Path, overrides: Iterable[str] = ()) -> TrainConfig:
+    """The config a run directory was trained with (its ``config.yaml``) plus ``overrides``.
+    ``output_dir`` is that directory; ``model.trust_remote_code`` is off unless an override turns
+    it on: it is never taken from a file in a run directory."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {CONFIG}: not an rlkit run directory")
+    confined(run_dir, path)
+    return load_config(
+        str(path), ["model.trust_remote_code=false", *overrides, f"output_dir={run_dir}"]
+    )
+
+
+def check_resume_config(saved: TrainConfig, wanted: TrainConfig) -> None:
+    """A resumed run's config may differ from the saved one only in :data:`RESUME_OVERRIDES`
+    (and ``output_dir``, the directory it was found in); anything else is a ValueError naming
+    the key."""
+    old, new = _flatten(saved), _flatten(wanted)
+    for key in sorted(old.keys() | new.keys()):
+        if key in (*RESUME_OVERRIDES, "output_dir") or old.get(key) == new.get(key):
+            continue
+        raise ValueError(
+            f"resume: {key}={new.get(key)!r} differs from the run's saved config "
+            f"({old.get(key)!r}); a resumed run keeps its config.yaml, only "
+            f"{', '.join(RESUME_OVERRIDES)} may change"
+        )

@@ -1,0 +1,315 @@
+"""Faults and attacks on a run directory: planted checkpoints, pointers out of the run, two
+processes, a fresh run over an old one, resume with another config, damaged checkpoints, crashes
+mid-write, a diverging update. Each either recovers exactly or stops with one clear line."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import PatternScorer, make_config, without_timings
+
+import rlkit.checkpoint as checkpoint_module
+import rlkit.trainer as trainer_module
+from rlkit.checkpoint import latest_checkpoint, save_checkpoint
+from rlkit.cli import main
+from rlkit.metrics import read_metrics
+from rlkit.trainer import NonFiniteError, Trainer
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A finished 2-step run with checkpoints at steps 1 and 2 (copy it before changing it)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    Trainer(make_config(run, tiny_model_dir, "checkpoint_every=1")).train()
+    return run
+
+
+@pytest.fixture
+def run(trained_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained_run, copy)
+    return copy
+
+
+def last_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err, "no error message"
+    return err[-1]
+
+
+def rewrite_manifest(step_dir: Path) -> None:
+    """What an attacker with write access does: make the checksums match the planted files."""
+    manifest_path = step_dir / checkpoint_module.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for name in manifest["files"]:
+        manifest["files"][name] = hashlib.sha256((step_dir / name).read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+
+
+class Payload:
+    """Unpickling this runs code: it creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+# --------------------------------------------------------------------------- security
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_planted_pickle_in_a_checkpoint_never_runs(run, tmp_path, capsys, command):
+    marker = tmp_path / "payload-ran"
+    step_dir = run / "checkpoints" / "step_000002"
+    torch.save({"step": 2, "evil": Payload(marker)}, step_dir / "trainer_state.pt")
+    rewrite_manifest(step_dir)
+    args = ["eval", "--checkpoint", str(run)] if command == "eval" else ["train", "--resume"]
+    if command == "resume":
+        args += [f"output_dir={run}", "steps=3"]
+    with pytest.warns(UserWarning, match="refusing to load"):  # falls back to step 1, warns
+        assert main(args) == 0
+    assert not marker.exists()
+
+
+def test_planted_pickle_in_the_only_checkpoint_is_a_clear_error(run, tmp_path, capsys):
+    marker = tmp_path / "payload-ran"
+    shutil.rmtree(run / "checkpoints" / "step_000001")
+    step_dir = run / "checkpoints" / "step_000002"
+    torch.save({"evil": Payload(marker)}, step_dir / "trainer_state.pt")
+    rewrite_manifest(step_dir)
+    assert main(["eval", "--checkpoint", str(run)]) == 2
+    line = last_error_line(capsys)
+    assert "trainer_state.pt" in line and "refusing to load" in line
+    assert not marker.exists()
+
+
+def test_trainer_state_holds_only_plain_values(run):
+    """Every checkpoint (with AGPO state, curriculum and numpy RNG) loads with weights_only."""
+    state = torch.load(run / "checkpoints" / "step_000002" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 2 and isinstance(state["rng"]["numpy"][1], torch.Tensor)
+
+
+def test_agpo_previous_probe_state_loads_with_weights_only(tmp_path, tiny_model_dir):
+    agpo = ("algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=previous")
+    cfg = make_config(tmp_path / "agpo", tiny_model_dir, *agpo)
+    Trainer(cfg).train()
+    resumed = Trainer(make_config(tmp_path / "agpo", tiny_model_dir, *agpo), resume=True)
+    assert resumed.step_count == 2 and "__batch__" in resumed.previous_stats
+    resumed.close()
+
+
+def test_latest_pointing_outside_the_run_is_refused(run, trained_run, capsys):
+    elsewhere = run.parent / "elsewhere"
+    shutil.copytree(trained_run, elsewhere)
+    (run / "checkpoints" / "latest").write_text("../../elsewhere/checkpoints/step_000002")
+    assert main(["eval", "--checkpoint", str(run)]) == 2
+    assert "not a checkpoint folder of this run" in last_error_line(capsys)
+
+
+def test_checkpoint_symlinked_out_of_the_run_is_refused(run, trained_run, capsys):
+    elsewhere = run.parent / "elsewhere"
+    shutil.copytree(trained_run, elsewhere)
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").symlink_to(elsewhere / "checkpoints")
+    assert main(["train", "--resume", f"output_dir={run}", "steps=3"]) == 2
+    assert "outside the run directory" in last_error_line(capsys)
+
+
+def test_eval_never_takes_trust_remote_code_from_the_run_dir(run, monkeypatch):
+    saved = run / "config.yaml"
+    saved.write_text(
+        saved.read_text().replace("trust_remote_code: false", "trust_remote_code: true")
+    )
+    specs = []
+    real = trainer_module.load_policy
+
+    def recording(spec):
+        specs.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(trainer_module, "load_policy", recording)
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 0
+    assert specs[-1].trust_remote_code is False
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1", "model.trust_remote_code=true"]) == 0
+    assert specs[-1].trust_remote_code is True  # the command line may turn it on
+
+
+def test_eval_writes_nothing_into_the_run(run):
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 0
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+# ------------------------------------------------------------------------ data safety
+def test_fresh_run_into_a_used_dir_refuses_then_overwrites(run, capsys):
+    metrics = (run / "metrics.jsonl").read_text()
+    args = ["train", "--config", str(run / "config.yaml")]
+    assert main([*args, f"output_dir={run}"]) == 2
+    assert "is not empty" in last_error_line(capsys)
+    assert (run / "metrics.jsonl").read_text() == metrics
+    (run / "notes.txt").write_text("mine")
+    assert main([*args, "--overwrite", f"output_dir={run}", "steps=1"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [0, 1]
+    assert latest_checkpoint(run).name == "step_000001"
+    assert not (run / "checkpoints" / "step_000002").exists()
+    assert (run / "notes.txt").read_text() == "mine"  # only the run's own files are replaced
+
+
+class FakePolicy:
+    def save(self, path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights.safetensors").write_bytes(b"w")
+
+
+def test_rotation_deletes_only_older_checkpoints_of_its_own_run(tmp_path):
+    save_checkpoint(tmp_path, 100, FakePolicy(), {"step": 100}, keep=1, run_id="old")
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, FakePolicy(), {"step": step}, keep=2, run_id="new")
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert names == ["step_000002", "step_000003", "step_000100"]
+    assert latest_checkpoint(tmp_path).name == "step_000003"
+
+
+LOCK_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from rlkit.rundir import RunLock
+    lock = RunLock(sys.argv[1])
+    print("locked", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_second_process_is_refused_and_a_dead_ones_lock_is_not_in_the_way(run, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert main(["train", "--resume", f"output_dir={run}", "steps=3"]) == 2
+        line = last_error_line(capsys)
+        assert f"in use by process {holder.pid}" in line
+    finally:
+        holder.kill()  # like kill -9: the lock file stays behind, the lock itself is gone
+        holder.wait()
+    assert (run / ".lock").exists()
+    assert main(["train", "--resume", f"output_dir={run}", "steps=3"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+
+
+def test_resume_keeps_the_saved_config(run, capsys, tiny_model_dir):
+    assert main(["train", "--resume", f"output_dir={run}", "algo.estimator=ebpo"]) == 2
+    assert "resume: algo.estimator='ebpo' differs" in last_error_line(capsys)
+    with pytest.raises(ValueError, match="rollout.group_size"):
+        Trainer(make_config(run, tiny_model_dir, "rollout.group_size=2"), resume=True)
+    assert main(["train", "--resume", f"output_dir={run}", "steps=3", "eval.every=1"]) == 0
+    assert "steps: 3" in (run / "config.yaml").read_text()  # config.yaml describes the run
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(run, tmp_path, tiny_model_dir):
+    state = run / "checkpoints" / "step_000002" / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # truncated
+    with pytest.warns(UserWarning, match="step_000002 is unusable.*resuming from step_000001"):
+        Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True).train()
+    straight = tmp_path / "straight"
+    Trainer(make_config(straight, tiny_model_dir, "steps=3", "checkpoint_every=1")).train()
+    assert without_timings(read_metrics(run)) == without_timings(read_metrics(straight))
+
+
+def test_no_intact_checkpoint_is_a_clear_error_naming_the_file(run, capsys):
+    for step in ("step_000001", "step_000002"):
+        (run / "checkpoints" / step / "policy" / "model.safetensors").write_bytes(b"junk")
+    assert main(["train", "--resume", f"output_dir={run}", "steps=3"]) == 2
+    line = last_error_line(capsys)
+    assert "no intact checkpoint" in line and "step_000002/policy/model.safetensors" in line
+
+
+@pytest.mark.parametrize("fault", ["killed", "disk full"])
+def test_crash_while_writing_a_checkpoint_resumes_to_the_identical_run(
+    tmp_path, tiny_model_dir, monkeypatch, fault
+):
+    """A crash (or ENOSPC) half-way through writing step 2's checkpoint leaves step 1 as the
+    latest; resuming from it reproduces the uninterrupted run row for row."""
+    common = ("steps=3", "checkpoint_every=1", "algo.estimator=ebpo")
+    straight = tmp_path / "straight"
+    Trainer(make_config(straight, tiny_model_dir, *common)).train()
+
+    real_save = torch.save
+
+    def failing_save(obj, path, *args, **kwargs):
+        if obj.get("step") == 2:
+            Path(path).write_bytes(b"partial")
+            raise KeyboardInterrupt if fault == "killed" else OSError(errno.ENOSPC, "No space")
+        return real_save(obj, path, *args, **kwargs)
+
+    crashed = tmp_path / "crashed"
+    monkeypatch.setattr(checkpoint_module.torch, "save", failing_save)
+    with pytest.raises(KeyboardInterrupt if fault == "killed" else OSError):
+        Trainer(make_config(crashed, tiny_model_dir, *common)).train()
+    monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
+    assert latest_checkpoint(crashed).name == "step_000001"
+    Trainer(make_config(crashed, tiny_model_dir, *common), resume=True).train()
+    assert without_timings(read_metrics(crashed)) == without_timings(read_metrics(straight))
+
+
+def test_metrics_line_cut_by_a_crash_is_dropped_on_resume(run, tiny_model_dir):
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "rew')  # killed mid-write
+    Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True).train()
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+
+
+def test_every_logged_step_is_an_integer(trained_run):
+    rows = read_metrics(trained_run)
+    assert all(type(r["step"]) is int for r in rows)
+    assert "eval/greedy_accuracy" in rows[-1]
+
+
+# --------------------------------------------------------------------------- numerics
+def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny_model_dir):
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3"))
+    trainer.scorer = PatternScorer()
+    with pytest.raises(NonFiniteError, match="non-finite log-probabilities; lower optim.lr"):
+        trainer.train()
+
+
+def test_cli_reports_a_broken_update_in_one_line(trained_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(trainer_module, "RewardScorer", lambda *args, **kwargs: PatternScorer())
+    config = str(trained_run / "config.yaml")
+    assert (
+        main(["train", "--config", config, f"output_dir={tmp_path / 'run'}", "optim.lr=1e30"]) == 2
+    )
+    assert "lower optim.lr (now 1e+30)" in last_error_line(capsys)
+
+
+def test_eval_of_the_starting_policy_leaves_the_configs_run_alone(run, capsys):
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    args = ["eval", "--config", str(run / "config.yaml"), f"output_dir={run}", "eval.k=1"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 0
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_and_overwrite_exclude_each_other(run, capsys):
+    assert main(["train", "--resume", "--overwrite", f"output_dir={run}"]) == 2
+    assert "--resume and --overwrite exclude each other" in last_error_line(capsys)
+
+
+def test_file_planted_into_a_checkpoint_makes_it_unusable(run, tiny_model_dir):
+    planted = run / "checkpoints" / "step_000002" / "policy" / "extra.safetensors"
+    shutil.copy(run / "checkpoints" / "step_000002" / "policy" / "model.safetensors", planted)
+    with pytest.warns(UserWarning, match="extra.safetensors is not listed in"):
+        trainer = Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True)
+    assert trainer.step_count == 1
+    trainer.close()
