@@ -224,3 +224,13 @@ def test_gsm8k_trains_on_train_and_evaluates_on_test(monkeypatch):
     train, evaluation = load_problems(cfg.task)
     assert len(train) == 4 and all(p.prompt.startswith("train question") for p in train)
     assert len(evaluation) == 3 and all(p.prompt.startswith("test question") for p in evaluation)
+
+
+def test_a_missing_field_path_names_the_field_and_the_columns(tmp_path):
+    path = write_jsonl(tmp_path / "nested.jsonl", [{"prompt": [{"content": "1+1?"}], "answer": 2}])
+    with pytest.raises(
+        ValueError, match=r"'prompt.0.text' is not in the dataset \(columns \['prompt', 'answer'\]"
+    ):
+        load_math_problems(path, question_field="prompt.0.text")
+    with pytest.raises(ValueError, match="'problem' is not in the dataset"):
+        load_math_problems(path, question_field="problem")

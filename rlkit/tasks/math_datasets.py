@@ -126,12 +126,17 @@ def _column(table, path: str):
     import pyarrow.compute as pc
 
     first, *rest = path.split(".")
-    values = table.column(first).combine_chunks()
-    for part in rest:
-        if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
-            values = pc.list_element(values, int(part))
-        else:
-            values = pc.struct_field(values, part)
+    try:
+        values = table.column(first).combine_chunks()
+        for part in rest:
+            if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+                values = pc.list_element(values, int(part))
+            else:
+                values = pc.struct_field(values, part)
+    except (KeyError, ValueError, pa.ArrowException) as err:
+        raise ValueError(
+            f"field {path!r} is not in the dataset (columns {table.column_names}): {err}"
+        ) from None
     return values
 
 
