@@ -535,7 +535,7 @@ class Trainer:
         if not all(torch.isfinite(p).all() for p in params):
             problem = "non-finite weights"
         else:
-            logp, _ = sequence_logprobs(self.policy.model, probe, temps)
+            logp, _ = self.logprobs(self.policy.model, probe, temps)  # in the chunk bounds
             if not torch.isfinite(logp).all():
                 problem = "finite weights but non-finite log-probabilities"
         if problem:
