@@ -22,7 +22,8 @@ counted from the shapes, in bytes:
   logits with their gradient.
 
 Every phase's peak is the resident weights + adapter + optimizer state plus the phase's own
-tensors. Prompt length is not in the config: ``prompt_tokens`` (default 512) is assumed. The
+tensors. With ``rollout.engine: vllm`` the training rollouts are vLLM's, inside the
+``rollout.vllm_memory`` share of the GPU that the other phases must leave free. Prompt length is not in the config: ``prompt_tokens`` (default 512) is assumed. The
 counts are an analytic model of what PyTorch allocates (``torch.cuda.max_memory_allocated``),
 not of the CUDA context or allocator fragmentation; ``benchmarks/gpu_qlora_8b.py`` prints them
 beside the measured peaks.
@@ -248,12 +249,15 @@ class MemoryPlan:
                 self.resident(),
                 "model.lora_r",
             ),
-            Phase(
-                f"generation ({k['rollout.generation_batch_size']} rows)",
-                self.generation(k["rollout.generation_batch_size"]),
-                "rollout.generation_batch_size",
-            ),
         ]
+        if cfg.rollout.engine == "hf":  # vLLM generates the training rollouts in its own share
+            out.append(
+                Phase(
+                    f"generation ({k['rollout.generation_batch_size']} rows)",
+                    self.generation(k["rollout.generation_batch_size"]),
+                    "rollout.generation_batch_size",
+                )
+            )
         rows = min(
             k["eval.batch_size"], cfg.eval.num_problems * cfg.eval.k
         )  # the last step evaluates
@@ -275,6 +279,12 @@ class MemoryPlan:
             ),
         ]
         return out
+
+    def usable(self, gpu_bytes: float, headroom: float) -> float:
+        """Bytes the training process may use: ``headroom`` kept free, and with the vLLM engine
+        its ``rollout.vllm_memory`` share of the GPU (vLLM's weights and KV cache)."""
+        vllm = self.cfg.rollout.vllm_memory if self.cfg.rollout.engine == "vllm" else 0.0
+        return gpu_bytes * (1 - headroom - vllm)
 
     def peak(self) -> float:
         return max(p.peak for p in self.phases())
@@ -327,7 +337,9 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
     lines += [f"{p.name:<48} {p.peak / GIB:>9.2f}" for p in plan.phases()]
     lines.append(f"{'peak':<48} {plan.peak() / GIB:>9.2f}")
     if gpu_mem_gib is not None:
-        budget = gpu_mem_gib * GIB * (1 - headroom)
+        budget = plan.usable(gpu_mem_gib * GIB, headroom)
+        if plan.cfg.rollout.engine == "vllm":
+            lines.append(f"vLLM engine: {plan.cfg.rollout.vllm_memory:.0%} of the GPU is vLLM's")
         lines.append(
             f"largest settings that fit {gpu_mem_gib:g} GiB with {headroom:.0%} headroom "
             f"(log-prob chunk {plan.settings()['optim.logprob_chunk_size']} positions):"
@@ -341,8 +353,13 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
 
 def check_fits(plan: MemoryPlan, gpu_bytes: float, headroom: float = DEFAULT_HEADROOM) -> None:
     """Raise a ValueError naming the knob to turn when a phase does not fit ``gpu_bytes``."""
-    budget = gpu_bytes * (1 - headroom)
+    budget = plan.usable(gpu_bytes, headroom)
     fitting = plan.largest_fitting(budget)
+    vllm = (
+        f", rollout.vllm_memory={plan.cfg.rollout.vllm_memory:g} for vLLM"
+        if plan.cfg.rollout.engine == "vllm"
+        else ""
+    )
     for phase in plan.phases():
         if phase.peak <= budget:
             continue
@@ -353,7 +370,8 @@ def check_fits(plan: MemoryPlan, gpu_bytes: float, headroom: float = DEFAULT_HEA
         else:
             hint = "use model.mode=qlora, a lower model.lora_r or a smaller model"
         raise ValueError(
-            f"the {phase.name} phase needs about {phase.peak / GIB:.1f} GiB but the GPU has "
-            f"{gpu_bytes / GIB:.1f} GiB ({headroom:.0%} kept free): {hint} "
+            f"the {phase.name} phase needs about {phase.peak / GIB:.1f} GiB but only "
+            f"{budget / GIB:.1f} of the GPU's {gpu_bytes / GIB:.1f} GiB are for training "
+            f"({headroom:.0%} kept free{vllm}): {hint} "
             f"(`rlkit plan --gpu-mem {gpu_bytes / GIB:.0f}` lists every phase)"
         )

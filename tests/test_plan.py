@@ -115,3 +115,16 @@ def test_memory_plan_rejects_a_bad_prompt_length(tiny_model_dir):
     plan = tiny_plan(tiny_model_dir)
     with pytest.raises(ValueError, match="prompt_tokens"):
         MemoryPlan(plan.cfg, plan.shape, 0)
+
+
+def test_vllm_engine_leaves_its_share_of_the_gpu():
+    hf = build_plan(load_config("qwen3-8b-qlora"))
+    vllm = build_plan(
+        load_config("qwen3-8b-qlora", ["rollout.engine=vllm", "rollout.vllm_memory=0.5"])
+    )
+    assert not any(p.name.startswith("generation") for p in vllm.phases())
+    assert any(p.name.startswith("eval generation") for p in vllm.phases())  # eval stays on HF
+    assert vllm.usable(24 * GIB, 0.1) == pytest.approx(hf.usable(24 * GIB, 0.1) - 12 * GIB)
+    check_fits(hf, 24 * GIB)
+    with pytest.raises(ValueError, match=r"rollout.vllm_memory=0.5 for vLLM"):
+        check_fits(vllm, 24 * GIB)
