@@ -4,8 +4,8 @@ vLLM loads the base checkpoint once (4-bit through bitsandbytes under QLoRA) and
 policy's current LoRA adapter at every generation as a LoRA request: the adapter is saved to a
 temporary directory and sent with a fresh adapter id, never merged into the 4-bit weights
 (merging is what breaks QLoRA + vLLM in other trainers). Each row gets its own sampling
-parameters, so AGPO's per-prompt temperatures reach vLLM unchanged (temperature, then top-k,
-then top-p, as in `rlkit.rollout`). vLLM shares the GPU with training: it may take
+parameters, so AGPO's per-prompt temperatures (docs/algorithms.md §3 step 3) reach vLLM
+unchanged (temperature, then top-k, then top-p, as in `rlkit.rollout`). vLLM shares the GPU with training: it may take
 ``rollout.vllm_memory`` of the card for weights and KV cache. Log-probs for the loss still come
 from the training model (`rlkit.rollout.sequence_logprobs`); the completions come back in the
 `RolloutBatch` layout of `rlkit.rollout.generate_rollouts`.
