@@ -5,6 +5,7 @@ rlkit train --config qwen3-8b-qlora algo.estimator=ebpo rollout.group_size=4
 rlkit train --resume output_dir=runs/my-run    # continue from the run's latest checkpoint
 rlkit train --config my.yaml --overwrite       # replace the run in my.yaml's output_dir
 rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
+rlkit plan --config qwen3-8b-qlora --gpu-mem 24   # peak GPU memory per phase, without loading
 rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
@@ -28,6 +29,7 @@ def _train(args) -> None:
     cfg = load_config(args.config or "tiny-cpu", args.overrides)
     if args.resume and args.config is None:  # the run's own config.yaml, plus the overrides
         cfg = saved_config(Path(cfg.output_dir), args.overrides)
+    _check_gpu_memory(cfg)
     try:
         evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
     except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
@@ -35,6 +37,29 @@ def _train(args) -> None:
     for row in evals:
         print(json.dumps(row))
     print(f"run saved in {cfg.output_dir}")
+
+
+def _check_gpu_memory(cfg) -> None:
+    """On a CUDA device, refuse a config whose memory plan does not fit the GPU (nothing is
+    loaded yet)."""
+    import torch
+
+    from rlkit.config import BUILTIN_MODEL
+
+    if cfg.model.name_or_path == BUILTIN_MODEL or cfg.model.torch_device.type != "cuda":
+        return
+    from rlkit.plan import build_plan, check_fits
+
+    device = cfg.model.torch_device
+    check_fits(build_plan(cfg), torch.cuda.get_device_properties(device).total_memory)
+
+
+def _plan(args) -> None:
+    from rlkit.config import load_config
+    from rlkit.plan import build_plan, format_plan
+
+    plan = build_plan(load_config(args.config, args.overrides), args.prompt_tokens)
+    print(format_plan(plan, args.gpu_mem, args.headroom))
 
 
 def _eval(args) -> None:
@@ -127,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", help="run directory whose latest checkpoint to evaluate")
     ev.add_argument("overrides", nargs="*")
     ev.set_defaults(func=_eval)
+
+    plan = sub.add_parser("plan", help="peak GPU memory of each phase, without loading weights")
+    plan.add_argument("--config", default="qwen3-8b-qlora", help="preset name or YAML path")
+    plan.add_argument("--gpu-mem", type=float, help="GPU memory in GiB: print the largest chunks")
+    plan.add_argument("--prompt-tokens", type=int, default=512, help="assumed prompt length")
+    plan.add_argument("--headroom", type=float, default=0.1, help="fraction of --gpu-mem kept free")
+    plan.add_argument("overrides", nargs="*", help="key=value overrides")
+    plan.set_defaults(func=_plan)
 
     plot = sub.add_parser("plot", help="standard curves of one or more runs")
     plot.add_argument("run_dirs", nargs="+")

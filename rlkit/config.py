@@ -63,6 +63,7 @@ class TaskConfig:
     eval_name: str | None = None  # defaults to the eval split of ``name``
     arithmetic: dict = field(default_factory=dict)  # ArithmeticTask fields, e.g. {"topics": [...]}
     template: str = "plain"
+    chat_template: bool = False  # render prompts with the tokenizer's chat template
     num_train: int = 2000
     num_eval: int = 200
     reward: str = "exact_match"
@@ -132,6 +133,9 @@ class RolloutConfig:
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
+    generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
+    engine: str = "hf"  # hf | vllm (optional extra; LoRA / QLoRA only)
+    vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -145,6 +149,10 @@ class RolloutConfig:
         _choice("rollout.order", self.order, ("shuffle", "topic", "difficulty"))
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
+        _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
+        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        if not 0 < self.vllm_memory < 1:
+            raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:
             raise ValueError(
                 f"rollout.overlong_buffer ({self.overlong_buffer}) must not exceed "
@@ -201,6 +209,8 @@ class OptimConfig:
     mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole batch
     micro_batch_size: int = 0  # sequences per forward pass (gradient accumulation); 0 = mini-batch
     max_nonfinite_skips: int = 3
+    logprob_micro_batch_size: int = 0  # sequences per no-grad log-prob pass; 0 = micro_batch_size
+    logprob_chunk_size: int = 0  # completion positions per output-head call; 0 = all at once
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
@@ -215,6 +225,8 @@ class OptimConfig:
         _positive("optim.mini_batch_size", self.mini_batch_size, strict=False)
         _positive("optim.micro_batch_size", self.micro_batch_size, strict=False)
         _positive("optim.max_nonfinite_skips", self.max_nonfinite_skips)
+        _positive("optim.logprob_micro_batch_size", self.logprob_micro_batch_size, strict=False)
+        _positive("optim.logprob_chunk_size", self.logprob_chunk_size, strict=False)
 
 
 @dataclass
@@ -225,12 +237,15 @@ class EvalConfig:
     num_problems: int = 200
     k: int = 4
     temperature: float = 1.0
+    at_start: bool = True  # evaluate the starting policy (step 0)
+    batch_size: int = 512  # rows per generate call (k samples of a problem stay together)
 
     def __post_init__(self):
         _positive("eval.every", self.every, strict=False)
         _positive("eval.num_problems", self.num_problems)
         _positive("eval.k", self.k)
         _positive("eval.temperature", self.temperature)
+        _positive("eval.batch_size", self.batch_size)
 
 
 @dataclass
@@ -244,6 +259,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = True
     progress: bool = True
+    log_entropy: bool = True  # log the policy entropy every step (AGPO computes it regardless)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

@@ -72,14 +72,23 @@ def majority_correct(texts: Sequence[str], problems: Sequence[Problem], k: int) 
 
 
 def evaluate(
-    model, tokenizer, problems, scorer, k: int, temperature: float, max_new_tokens: int
+    model,
+    tokenizer,
+    problems,
+    scorer,
+    k: int,
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int = 512,
 ) -> dict:
     """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at ``temperature``) and
-    ``eval/maj@k`` on ``problems``."""
+    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call."""
     problems = list(problems)
-    greedy, _ = generate_and_score(model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens)
+    greedy, _ = generate_and_score(
+        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size
+    )
     sampled, texts = generate_and_score(
-        model, tokenizer, problems, scorer, k, temperature, max_new_tokens
+        model, tokenizer, problems, scorer, k, temperature, max_new_tokens, batch_size
     )
     return {
         "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),

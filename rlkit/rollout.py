@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
 import torch
+import torch.utils.checkpoint
 from transformers import (
     LogitsProcessor,
     LogitsProcessorList,
@@ -71,8 +72,9 @@ class RowTemperatureLogitsProcessor(LogitsProcessor):
                 f"RowTemperatureLogitsProcessor has {self.temperatures.shape[0]} temperatures "
                 f"but the batch has {scores.shape[0]} rows"
             )
-        temperatures = self.temperatures.to(device=scores.device, dtype=scores.dtype)
-        return scores / temperatures[:, None]
+        if self.temperatures.device != scores.device or self.temperatures.dtype != scores.dtype:
+            self.temperatures = self.temperatures.to(device=scores.device, dtype=scores.dtype)
+        return scores / self.temperatures[:, None]  # moved once, not at every decoding step
 
 
 def sampling_processors(
@@ -259,6 +261,84 @@ def generate_rollouts(
     )
 
 
+def generate_in_batches(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    temperatures: torch.Tensor,
+    max_new_tokens: int,
+    batch_size: int | None = None,
+    **options,
+) -> RolloutBatch:
+    """`generate_rollouts` over ``batch_size`` rows at a time (None: one call), concatenated.
+
+    The KV cache of one call grows with its rows, so this bounds generation memory. Rows keep
+    their order; each call draws from the global RNG in turn.
+    """
+    if batch_size is None or batch_size >= len(prompts):
+        return generate_rollouts(model, tokenizer, prompts, temperatures, max_new_tokens, **options)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (or None), got {batch_size}")
+    temperatures = torch.as_tensor(temperatures, dtype=torch.float32).flatten()
+    if temperatures.numel() == 1:
+        temperatures = temperatures.expand(len(prompts))
+    parts = [
+        generate_rollouts(
+            model,
+            tokenizer,
+            prompts[start : start + batch_size],
+            temperatures[start : start + batch_size],
+            max_new_tokens,
+            **options,
+        )
+        for start in range(0, len(prompts), batch_size)
+    ]
+    pad_id = tokenizer.pad_token_id
+    return concat_rollouts(
+        parts, pad_id if pad_id is not None else _eos_token_ids(model, tokenizer)[0]
+    )
+
+
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF causal LM inside ``model`` (a peft wrapper's base model, with its LoRA layers)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _output_head(lm: torch.nn.Module) -> torch.nn.Module:
+    """The output projection, applied here as a plain linear map of the final hidden states."""
+    for name in ("final_logit_softcapping", "logit_scale"):
+        if getattr(lm.config, name, None) not in (None, 1.0):
+            raise ValueError(
+                f"sequence_logprobs applies the output head as a plain linear map, but the model's "
+                f"config sets {name}={getattr(lm.config, name)!r}"
+            )
+    return lm.get_output_embeddings()
+
+
+def _chunk_logprobs(
+    head: torch.nn.Module,
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    temperatures: torch.Tensor,
+    compute_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(z / T)[y] and, optionally, H(softmax(z)) for one chunk of positions.
+
+    ``states`` may hold one position more than ``targets`` (the last one predicts past the end
+    and is dropped). The logits are divided by T in place: the only [B, C, V] tensors alive are
+    the chunk's logits and the logsumexp's workspace.
+    """
+    logits = head(states)[:, : targets.shape[1]]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    entropy = None
+    if compute_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+    logits.div_(temperatures[:, None, None])
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logp, entropy
+
+
 def _token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -266,30 +346,42 @@ def _token_logprobs(
     prompt_length: int,
     temperatures: torch.Tensor,
     compute_entropy: bool,
+    chunk_size: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
 
-    Only the Lc + 1 last positions go through the output head (`logits_to_keep`); the log-prob
-    is a gather minus a logsumexp, so no [B, Lc, V] log-softmax tensor is materialised beyond
-    the scaled logits themselves.
+    The decoder runs once; the output head then runs over ``chunk_size`` completion positions
+    at a time (None: all at once), so full-vocabulary logits exist for one chunk only. With
+    grad, each chunk is checkpointed: backward recomputes its logits instead of keeping them.
     """
     completion_width = input_ids.shape[1] - prompt_length
     position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-    logits = model(
+    lm = causal_lm(model)
+    hidden = lm.get_decoder()(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        logits_to_keep=completion_width + 1,
         use_cache=False,
-    ).logits[:, :-1]
+    ).last_hidden_state
+    states = hidden[:, prompt_length - 1 :]  # position t predicts completion token t
     targets = input_ids[:, prompt_length:]
-    scaled = logits.float() / temperatures[:, None, None]
-    logp = scaled.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
-    entropy = None
-    if compute_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
-    return logp, entropy
+    head = _output_head(lm)
+    step = chunk_size or completion_width + 1
+    recompute = chunk_size is not None and torch.is_grad_enabled()
+    logps, entropies = [], []
+    for start in range(0, completion_width, step):
+        args = (head, states[:, start : start + step], targets[:, start : start + step])
+        if recompute:
+            logp, entropy = torch.utils.checkpoint.checkpoint(
+                _chunk_logprobs, *args, temperatures, compute_entropy, use_reentrant=False
+            )
+        else:
+            logp, entropy = _chunk_logprobs(*args, temperatures, compute_entropy)
+        logps.append(logp)
+        entropies.append(entropy)
+    if len(logps) == 1:
+        return logps[0], entropies[0]
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
 
 
 def sequence_logprobs(
@@ -298,6 +390,7 @@ def sequence_logprobs(
     temperatures: torch.Tensor | None = None,
     compute_entropy: bool = False,
     micro_batch_size: int | None = None,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
 
@@ -306,6 +399,9 @@ def sequence_logprobs(
     of the full-vocabulary distribution at T = 1 (docs/algorithms.md §3 step 4), without grad. Positions
     outside `completion_mask` are 0. Runs with grad unless the caller wraps it in no_grad.
     Position ids follow the attention mask, so left padding does not shift positions.
+    Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees
+    ``chunk_size`` completion positions at a time (None: all of them), so the largest
+    full-vocabulary tensor is [micro_batch_size, chunk_size, V].
     """
     rows = len(batch)
     device = _model_device(model)
@@ -319,6 +415,8 @@ def sequence_logprobs(
     step = micro_batch_size or rows
     if step < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 (or None), got {chunk_size}")
 
     batch = batch.to(device)
     logps, entropies = [], []
@@ -331,6 +429,7 @@ def sequence_logprobs(
             batch.prompt_length,
             temperatures[part],
             compute_entropy,
+            chunk_size,
         )
         logps.append(logp)
         entropies.append(entropy)

@@ -6,7 +6,8 @@ One step, top to bottom (:meth:`Trainer.step`):
 2. AGPO only: probe statistics (``full`` | ``previous`` | ``reuse``) → per-prompt τ_t;
 3. sample G completions per prompt at its temperature and score them;
 4. advantages from the registry estimator;
-5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy;
+5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy (AGPO,
+   or when ``log_entropy``);
 6. AGPO only: per-prompt clip radius ε;
 7. μ update epochs over mini-batches with gradient accumulation;
 8. AGPO only: the step KL after the update feeds the clip controller;
@@ -38,7 +39,7 @@ from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, maske
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, eval_mode, load_policy
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import RolloutBatch, concat_rollouts, generate_rollouts, sequence_logprobs
+from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
 from rlkit.rundir import (
     CONFIG,
     RunLock,
@@ -50,6 +51,7 @@ from rlkit.rundir import (
 )
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
+from rlkit.tasks.chat import chat_problems
 from rlkit.tasks.loader import load_problems, warn_long_prompts
 
 
@@ -222,6 +224,14 @@ class Trainer:
         spec["name_or_path"] = resolve_model_path(cfg)
         self.policy: Policy = load_policy(ModelSpec(**spec))
         self.pad_id = self.policy.tokenizer.pad_token_id
+        self.engine = None
+        if cfg.rollout.engine == "vllm":
+            from rlkit.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine(self.policy, cfg.rollout.vllm_memory, cfg.seed)
+        if cfg.task.chat_template:
+            self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
+            self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
         warn_long_prompts(
             self.train_problems + self.eval_problems,
             self.policy.tokenizer,
@@ -292,6 +302,7 @@ class Trainer:
             self.scorer,
             k=self.cfg.eval.k,
             max_new_tokens=self.cfg.rollout.max_new_tokens,
+            batch_size=self.cfg.eval.batch_size,
         )
 
     # ------------------------------------------------------------------ rollouts
@@ -300,15 +311,23 @@ class Trainer:
     ) -> Groups:
         """G completions per problem at its temperature, scored (docs/algorithms.md §3 step 3)."""
         ro, g = self.cfg.rollout, self.cfg.rollout.group_size
-        rollouts = generate_rollouts(
-            self.policy.model,
-            self.policy.tokenizer,
+        prompts, temps = (
             [p.prompt for p in problems for _ in range(g)],
             temperatures.repeat_interleave(g),
-            ro.max_new_tokens,
-            top_p=ro.top_p,
-            top_k=ro.top_k,
         )
+        if self.engine is not None:
+            rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
+        else:
+            rollouts = generate_in_batches(
+                self.policy.model,
+                self.policy.tokenizer,
+                prompts,
+                temps,
+                ro.max_new_tokens,
+                ro.generation_batch_size or None,
+                top_p=ro.top_p,
+                top_k=ro.top_k,
+            )
         t0 = time.perf_counter()
         scored = self.scorer.score(
             rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
@@ -411,11 +430,19 @@ class Trainer:
             else torch.full((len(rollouts),), float(t))
         )
 
+    def logprobs(self, model, rollouts, temps, compute_entropy=False, micro=None):
+        """`sequence_logprobs` in the configured memory bounds: ``micro`` rows per pass (default
+        the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size`` positions per head call."""
+        opt = self.cfg.optim
+        micro = micro or opt.logprob_micro_batch_size or opt.micro_batch_size or None
+        return sequence_logprobs(
+            model, rollouts, temps, compute_entropy, micro, opt.logprob_chunk_size or None
+        )
+
     @torch.no_grad()
     def reference_logprobs(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
-        micro = self.cfg.optim.micro_batch_size or None
         with self.policy.reference() as ref_model:
-            return sequence_logprobs(ref_model, rollouts, temps, micro_batch_size=micro)[0]
+            return self.logprobs(ref_model, rollouts, temps)[0]
 
     def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
         """μ epochs of clipped-surrogate updates over mini-batches (docs/algorithms.md §4)."""
@@ -439,7 +466,7 @@ class Trainer:
                 for mstart in range(0, len(mb), micro):
                     idx = mb[mstart : mstart + micro]
                     sub = rollouts.select(idx)
-                    logp, _ = sequence_logprobs(self.policy.model, sub, temps[idx])
+                    logp, _ = self.logprobs(self.policy.model, sub, temps[idx], micro=len(idx))
                     m = sub.completion_mask
                     loss_tok, clip = clipped_surrogate(
                         logp,
@@ -508,7 +535,7 @@ class Trainer:
         if not all(torch.isfinite(p).all() for p in params):
             problem = "non-finite weights"
         else:
-            logp, _ = sequence_logprobs(self.policy.model, probe, temps)
+            logp, _ = self.logprobs(self.policy.model, probe, temps)  # in the chunk bounds
             if not torch.isfinite(logp).all():
                 problem = "finite weights but non-finite log-probabilities"
         if problem:
@@ -520,11 +547,8 @@ class Trainer:
     @torch.no_grad()
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
         """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (docs/algorithms.md §3 step 5)."""
-        micro = self.cfg.optim.micro_batch_size or None
         with eval_mode(self.policy.model):
-            new_logp, _ = sequence_logprobs(
-                self.policy.model, rollouts, temps, micro_batch_size=micro
-            )
+            new_logp, _ = self.logprobs(self.policy.model, rollouts, temps)
         return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
 
     # ---------------------------------------------------------------------- step
@@ -541,10 +565,9 @@ class Trainer:
         advantages = result.advantages.reshape(-1).to(rollouts.input_ids.device)
 
         temps = self.ratio_temperatures(rollouts)
-        micro = cfg.optim.micro_batch_size or None
         with torch.no_grad(), eval_mode(self.policy.model):  # π_old samples without dropout
-            old_logp, entropy = sequence_logprobs(
-                self.policy.model, rollouts, temps, compute_entropy=True, micro_batch_size=micro
+            old_logp, entropy = self.logprobs(
+                self.policy.model, rollouts, temps, cfg.agpo.enabled or cfg.log_entropy
             )
         ref_logp = self.reference_logprobs(rollouts, temps)
         mask = rollouts.completion_mask
@@ -575,7 +598,7 @@ class Trainer:
             "advantages/mean": advantages.mean(),
             "advantages/std": advantages.std() if advantages.numel() > 1 else 0.0,
             "advantages/abs_max": advantages.abs().max(),
-            "entropy": masked_mean(entropy, mask),
+            **({"entropy": masked_mean(entropy, mask)} if cfg.log_entropy else {}),
             "completions/mean_length": lengths.mean(),
             "completions/max_length": lengths.max(),
             "completions/clipped_ratio": rollouts.truncated.float().mean(),
@@ -634,6 +657,7 @@ class Trainer:
             ev.k,
             ev.temperature,
             self.cfg.rollout.max_new_tokens,
+            ev.batch_size,
         )
 
     def state_dict(self) -> dict:
@@ -692,7 +716,7 @@ class Trainer:
         if self.read_only:
             raise ValueError("this Trainer was opened read-only (for evaluation); it cannot train")
         evals = []
-        if self.step_count == 0:
+        if self.step_count == 0 and cfg.eval.at_start:
             evals.append({"step": 0, **self.evaluate()})
             self.logger.log(0, evals[-1])
         bar = tqdm(

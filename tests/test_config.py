@@ -62,6 +62,11 @@ def test_overrides_are_typed_and_nested():
         ("rollout.order=random", "rollout.order must be one of"),
         ("agpo.enabled=maybe", "agpo.enabled must be true or false"),
         ("rollout", "must look like key=value"),
+        ("rollout.generation_batch_size=-1", "rollout.generation_batch_size must be >= 0"),
+        ("eval.batch_size=0", "eval.batch_size must be > 0"),
+        ("optim.logprob_chunk_size=-2", "optim.logprob_chunk_size must be >= 0"),
+        ("optim.logprob_micro_batch_size=-1", "optim.logprob_micro_batch_size must be >= 0"),
+        ("eval.at_start=sometimes", "eval.at_start must be true or false"),
     ],
 )
 def test_bad_values_name_the_key(override, message):

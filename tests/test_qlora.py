@@ -170,3 +170,54 @@ def test_adapter_save_and_load_reproduces_the_logprobs(
         restored, _ = sequence_logprobs(fresh.model, fixed_batch, fixed_batch.temperatures)
     assert not torch.allclose(untrained, trained)
     torch.testing.assert_close(restored, trained, atol=0, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def bf16_policy(tmp_path_factory, tiny_tokenizer):
+    """A QLoRA policy with bf16 compute on a hidden-64 Llama (bitsandbytes' CPU 4-bit kernels
+    need in_features >= their block size of 64)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tiny_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    path = tmp_path_factory.mktemp("llama64")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    spec = qlora_spec(str(path))
+    spec.compute_dtype = "bfloat16"
+    return load_policy(spec)
+
+
+def test_qlora_frozen_weights_run_in_the_compute_dtype_and_every_lora_b_trains(bf16_policy):
+    """Embeddings, norms and the head in bf16 (not prepare_model_for_kbit_training's fp32), LoRA
+    in fp32, bf16 logits; in the first backward after generating, every LoRA-B matrix has a
+    gradient (so gradients pass through every 4-bit base layer: LoRA-B starts at 0)."""
+    model = bf16_policy.model
+    for name, param in model.named_parameters():
+        if "lora_" in name:
+            assert param.dtype == torch.float32 and param.requires_grad, name
+        elif param.is_floating_point():
+            assert param.dtype == torch.bfloat16, name
+    batch = generate_rollouts(model, bf16_policy.tokenizer, PROMPTS * 2, torch.ones(8), 6)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    assert logits.dtype == torch.bfloat16
+    model.train()  # generation ran in eval mode without grad: the CPU repacking case
+    logp, _ = sequence_logprobs(model, batch, batch.temperatures, chunk_size=2)
+    assert logp.dtype == torch.float32
+    (-logp.sum()).backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if "lora_B" in n}
+    assert len(grads) == 2 * len(LINEAR_NAMES)
+    assert all(g is not None and g.abs().sum() > 0 for g in grads.values()), grads.keys()

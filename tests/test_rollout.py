@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from rlkit.rollout import (
     RolloutBatch,
     RowTemperatureLogitsProcessor,
     _completion_layout,
+    generate_in_batches,
     generate_rollouts,
     sequence_logprobs,
 )
@@ -315,3 +317,65 @@ def test_generation_restores_training_mode_and_validates_input(tiny_model, tiny_
         generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS, torch.ones(4), 0)
     with pytest.raises(ValueError, match="top_p"):
         generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS, torch.ones(4), 3, top_p=0.0)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7])
+def test_position_chunks_agree_with_one_pass_in_float64(tiny_model, tiny_tokenizer, chunk_size):
+    """Log-probs, entropies and gradients over chunks of positions equal the one-pass values."""
+    temperatures = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
+    batch = generate_rollouts(
+        tiny_model, tiny_tokenizer, PROMPTS * 2, temperatures, 8, generator_seed=4
+    )
+    model = tiny_model.double().train()
+    results = []
+    for chunk in (None, chunk_size):
+        model.zero_grad()
+        logp, ent = sequence_logprobs(
+            model, batch, temperatures, compute_entropy=True, chunk_size=chunk
+        )
+        (logp * torch.linspace(-1, 1, logp.shape[1], dtype=torch.float64)).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results.append((logp.detach(), ent, grads))
+    (full, full_ent, full_grads), (chunked, chunked_ent, chunked_grads) = results
+    assert full.dtype == torch.float64
+    torch.testing.assert_close(chunked, full, atol=1e-6, rtol=0)
+    torch.testing.assert_close(chunked_ent, full_ent, atol=1e-6, rtol=0)
+    for a, b in zip(chunked_grads, full_grads):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_output_head_never_sees_more_than_a_chunk(tiny_model, tiny_tokenizer):
+    batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 9)
+    widths = []
+    hook = tiny_model.lm_head.register_forward_hook(lambda m, i, out: widths.append(out.shape))
+    sequence_logprobs(tiny_model, batch, compute_entropy=True, micro_batch_size=3, chunk_size=4)
+    hook.remove()
+    assert widths and max(w[0] for w in widths) == 3 and max(w[1] for w in widths) == 4
+    completion_width = batch.input_ids.shape[1] - batch.prompt_length
+    assert len(widths) == 3 * math.ceil(completion_width / 4)  # 3 micro-batches × the chunks
+    with pytest.raises(ValueError, match="chunk_size"):
+        sequence_logprobs(tiny_model, batch, chunk_size=0)
+
+
+def test_generation_in_row_batches_matches_one_call(tiny_model, tiny_tokenizer):
+    """Greedy decoding in batches of 3 rows gives the rows of one call, and each generate call
+    sees at most 3 rows."""
+    prompts = PROMPTS * 2
+    whole = generate_rollouts(tiny_model, tiny_tokenizer, prompts, torch.zeros(8), 6)
+    calls = []
+    original = tiny_model.generate
+
+    def counting_generate(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    tiny_model.generate = counting_generate
+    parts = generate_in_batches(
+        tiny_model, tiny_tokenizer, prompts, torch.zeros(8), 6, batch_size=3
+    )
+    assert calls == [3, 3, 2]
+    assert parts.completion_texts == whole.completion_texts
+    assert torch.equal(parts.lengths, whole.lengths)
+    torch.testing.assert_close(
+        sequence_logprobs(tiny_model, parts)[0], sequence_logprobs(tiny_model, whole)[0]
+    )

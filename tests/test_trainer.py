@@ -304,6 +304,48 @@ def test_difficulty_curriculum_starts_with_what_the_starting_policy_solves(
     assert torch.equal(resumed.curriculum_pass_rates, trainer.curriculum_pass_rates)
 
 
+def test_memory_knobs_keep_the_metrics(tmp_path, tiny_model_dir, monkeypatch):
+    """The log-prob knobs (micro-batch, position chunks) leave every metric as it was, up to
+    float rounding. (Row-batched generation draws the random stream in another order, so it is
+    checked on its own in test_rollout.) The eval and entropy switches drop the step-0 eval and
+    the entropy metric."""
+    base = ["algo.estimator=ebpo", "loss.kl_coef=0.1", "optim.micro_batch_size=8"]
+    Trainer(make_config(tmp_path / "a", tiny_model_dir, *base)).train()
+    knobs = ["optim.logprob_micro_batch_size=3", "optim.logprob_chunk_size=2"]
+    Trainer(make_config(tmp_path / "b", tiny_model_dir, *base, *knobs)).train()
+    plain, chunked = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    for a, b in zip(without_timings(plain), without_timings(chunked)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    import rlkit.evaluation
+    import rlkit.rollout
+
+    calls = {"train": [], "eval": []}
+
+    def spy(kind, generate):
+        def counted(model, tokenizer, prompts, *args, **kwargs):
+            calls[kind].append(len(prompts))
+            return generate(model, tokenizer, prompts, *args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(
+        rlkit.rollout, "generate_rollouts", spy("train", rlkit.rollout.generate_rollouts)
+    )
+    monkeypatch.setattr(
+        rlkit.evaluation, "generate_rollouts", spy("eval", rlkit.evaluation.generate_rollouts)
+    )
+    off = ["eval.at_start=false", "log_entropy=false", "rollout.generation_batch_size=5"]
+    evals = Trainer(make_config(tmp_path / "c", tiny_model_dir, *off, "eval.batch_size=3")).train()
+    assert calls["train"] == [5, 5, 5, 1] * 2  # P·G = 16 rows in calls of at most 5, two steps
+    assert calls["eval"] and max(calls["eval"]) <= 3  # k = 2 samples of one problem per call
+    rows = read_metrics(tmp_path / "c")
+    assert [e["step"] for e in evals] == [2]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("entropy" not in r for r in rows) and "reward" in rows[-1]
+
+
 def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, monkeypatch):
     """π_old is the sampling policy: with LoRA dropout, old log-probs (and AGPO's step-KL pass)
     must be computed in eval mode, so the ratio starts at exactly 1 and the drift before any

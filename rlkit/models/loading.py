@@ -207,6 +207,19 @@ def _enable_checkpointing(model: PreTrainedModel) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def _cast_frozen_to_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Undo `prepare_model_for_kbit_training`'s fp32 upcast of the frozen, non-4-bit weights.
+
+    It leaves embeddings, norms and the output head in fp32, and a fp32 residual stream makes
+    the KV cache, attention and logits fp32 too (twice the memory, no fast kernels). The 4-bit
+    weights (packed in uint8, not floating point) are left alone and the LoRA matrices stay
+    fp32 (they are trainable).
+    """
+    for param in model.parameters():
+        if not param.requires_grad and param.is_floating_point():
+            param.data = param.data.to(dtype)
+
+
 class QuantizedGradientError(ValueError):
     """A 4-bit layer does not pass gradients after an inference pass: QLoRA would train only part
     of its adapters on this machine."""
@@ -287,5 +300,7 @@ def load_policy(spec: ModelSpec) -> Policy:
         _enable_checkpointing(model)
     if spec.mode != "full":
         model = get_peft_model(model, _lora_config(spec))
+    if spec.mode == "qlora":
+        _cast_frozen_to_compute_dtype(model, spec.dtype)
     model.train()
     return Policy(model, tokenizer, spec, reference_model)

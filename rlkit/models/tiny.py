@@ -45,6 +45,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlkit.cache import default_cache_dir
 from rlkit.models.tokenizer import build_char_tokenizer
 from rlkit.tasks.arithmetic import ArithmeticTask
 
@@ -90,11 +91,6 @@ class TinyModelConfig:
                 f"sft_difficulty_weights must be >= 0 and not all 0, "
                 f"got {self.sft_difficulty_weights}"
             )
-
-
-def default_cache_dir() -> Path:
-    """``$RLKIT_CACHE``, else ``~/.cache/rlkit``."""
-    return Path(os.environ.get("RLKIT_CACHE", Path.home() / ".cache" / "rlkit"))
 
 
 def build_key(task: ArithmeticTask, config: TinyModelConfig) -> str:

@@ -29,12 +29,15 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
         train, evaluation = task.problems("train"), task.problems("eval")
         return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
 
-    from rlkit.tasks.math_datasets import load_math_problems
+    from rlkit.tasks.math_datasets import eval_split, load_math_problems
 
     # split=None: each dataset's own split (MATH-500 ships only "test", AIME only "train").
     train = load_math_problems(task_cfg.name, template=task_cfg.template)
-    if task_cfg.eval_name is not None:
-        evaluation = load_math_problems(task_cfg.eval_name, template=task_cfg.template)
+    eval_name = task_cfg.eval_name or (task_cfg.name if eval_split(task_cfg.name) else None)
+    if eval_name is not None:
+        evaluation = load_math_problems(
+            eval_name, split=eval_split(eval_name), template=task_cfg.template
+        )
         return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
     # no separate eval set: hold out num_eval problems of the training data
     if len(train) <= task_cfg.num_eval:

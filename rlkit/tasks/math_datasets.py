@@ -5,17 +5,22 @@
 becomes a `Problem` whose prompt is the question rendered with a template from `TEMPLATES`; the
 answer is cleaned by `clean_answer` (GSM8K keeps only what follows ``####``).
 Field names can be dotted paths into nested rows (``reward_model.ground_truth``, ``prompt.0.content``).
+Rows are deduplicated by cleaned question, column-wise (DAPO-Math-17k repeats each prompt about
+100 times), and the result is cached in ``$RLKIT_CACHE/datasets`` after the first load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.cache import default_cache_dir
 from rlkit.tasks.base import Problem
 
 TEMPLATES = {
@@ -26,6 +31,7 @@ TEMPLATES = {
 QUESTION_FIELDS = ("question", "problem", "prompt")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+CACHE_FORMAT = 2  # bump when the cached rows (cleaning, fields, checks) change
 
 
 def clean_answer(answer) -> str:
@@ -63,10 +69,11 @@ class DatasetSpec:
     clean_question: Callable[[str], str] = str.strip
     topic_field: str | None = None
     difficulty_field: str | None = None
+    eval_split: str | None = None  # a held-out split to evaluate on (GSM8K trains on train)
 
 
 DATASETS = {
-    "gsm8k": DatasetSpec("openai/gsm8k", "test", "question", "answer", "main"),
+    "gsm8k": DatasetSpec("openai/gsm8k", "train", "question", "answer", "main", eval_split="test"),
     "math500": DatasetSpec(
         "HuggingFaceH4/MATH-500",
         "test",
@@ -106,11 +113,51 @@ def resolve_spec(name: str) -> DatasetSpec:
     return DATASETS[key]
 
 
-def _field(row: dict, path: str):
-    value = row
-    for part in path.split("."):
-        value = value[int(part)] if isinstance(value, list) else value[part]
-    return value
+def eval_split(source: str | Path) -> str | None:
+    """The split to evaluate a named dataset on (None: its only split, or a local file)."""
+    if Path(source).suffix in LOCAL_FORMATS:
+        return None
+    return resolve_spec(str(source)).eval_split
+
+
+def _column(table, path: str):
+    """A dotted field path (``prompt.0.content``) of every row, as one Arrow array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    first, *rest = path.split(".")
+    try:
+        values = table.column(first).combine_chunks()
+        for part in rest:
+            if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+                values = pc.list_element(values, int(part))
+            else:
+                values = pc.struct_field(values, part)
+    except (KeyError, ValueError, pa.ArrowException) as err:
+        raise ValueError(
+            f"field {path!r} is not in the dataset (columns {table.column_names}): {err}"
+        ) from None
+    return values
+
+
+def _codes(values) -> tuple:
+    """(code of each row, -1 where null; the distinct values in order of first appearance)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        encoded = pc.dictionary_encode(values)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        return codes.astype(np.int64), encoded.dictionary.to_pylist()
+    except pa.ArrowNotImplementedError:  # lists, structs: hash a JSON rendering instead
+        import pandas as pd
+
+        objects = values.to_pylist()
+        keys = [None if v is None else json.dumps(v, sort_keys=True, default=str) for v in objects]
+        codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+        first = {code: i for i, code in reversed(list(enumerate(codes))) if code >= 0}
+        return codes.astype(np.int64), [objects[first[c]] for c in range(len(uniques))]
 
 
 def _detect(row: dict, candidates: tuple[str, ...], role: str, source: str) -> str:
@@ -199,15 +246,80 @@ def load_math_problems(
     path = Path(source)
     if path.suffix in LOCAL_FORMATS:
         _check_local_file(path)
-        import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
-
-        rows = datasets.load_dataset(
-            LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"
-        )
+        stat = path.stat()
         spec, name = None, path.stem
+        origin = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
     else:
         spec, name = resolve_spec(str(source)), str(source).lower()
-        rows = _load_hub(spec, name, split or spec.split)
+        split = split or spec.split
+        origin = [spec.hub_id, spec.config, split]
+    key = json.dumps([CACHE_FORMAT, origin, question_field, answer_field])
+    cache = (
+        default_cache_dir()
+        / "datasets"
+        / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    )
+    if cache.exists():
+        found = json.loads(cache.read_text())
+    else:
+        found = _distinct_rows(
+            path if spec is None else spec, split, name, question_field, answer_field
+        )
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(found))
+        tmp.replace(cache)
+    if found["missing"]:
+        warnings.warn(
+            f"dataset {source}: skipped {found['missing']} rows without a question or answer "
+            f"(first: row {found['first_missing']})",
+            stacklevel=2,
+        )
+    if found["conflicts"]:
+        warnings.warn(
+            f"dataset {source}: {found['conflicts']} repeated questions have a different answer "
+            "than their first occurrence; kept the first",
+            stacklevel=2,
+        )
+    if not found["rows"]:
+        raise ValueError(f"dataset {source} has no row with both a question and an answer")
+    return [
+        Problem(
+            id=f"{name}/{row['index']}",
+            prompt=TEMPLATES[template].format(question=row["question"]),
+            answer=row["answer"],
+            topic=row["topic"],
+            difficulty=row["difficulty"],
+        )
+        for row in found["rows"][:limit]
+    ]
+
+
+def _distinct_rows(
+    source: Path | DatasetSpec,
+    split: str | None,
+    name: str,
+    question_field: str | None,
+    answer_field: str | None,
+) -> dict:
+    """The first row of each distinct cleaned question, in file order (index, question, answer,
+    topic, difficulty), with the count of rows lacking a question or answer and of repeated
+    questions whose answer differs from their first occurrence.
+
+    Column-wise: questions and answers are dictionary-encoded by Arrow, blank checks and cleaning
+    run once per distinct value, and duplicates are counted per distinct (question, answer) pair.
+    """
+    import numpy as np
+
+    if isinstance(source, DatasetSpec):
+        spec, rows = source, _load_hub(source, name, split)
+    else:
+        import datasets  # heavy (about 2 s): loaded only when a dataset is actually read
+
+        spec = None
+        rows = datasets.load_dataset(
+            LOCAL_FORMATS[source.suffix], data_files=str(source), split="train"
+        )
     if len(rows) == 0:
         raise ValueError(f"dataset {source} has no rows")
     first = rows[0]
@@ -217,44 +329,48 @@ def load_math_problems(
     answer_field = answer_field or (
         spec.answer_field if spec else _detect(first, ANSWER_FIELDS, "answer", name)
     )
+    table = rows.with_format("arrow")[:]
+    q_codes, q_values = _codes(_column(table, question_field))
+    a_codes, a_values = _codes(_column(table, answer_field))
+    q_ok = np.array([not _blank(v) for v in q_values] + [False])  # code -1 (null) -> False
+    a_ok = np.array([not _blank(v) for v in a_values] + [False])
+    valid = q_ok[q_codes] & a_ok[a_codes]
+    missing = np.flatnonzero(~valid)
+    row_index = np.flatnonzero(valid)
+    pairs = q_codes[valid] * max(1, len(a_values)) + a_codes[valid]
+    distinct, first_at, counts = np.unique(pairs, return_index=True, return_counts=True)
     clean_question = spec.clean_question if spec else str.strip
-    problems, answers, missing, conflicts = [], {}, [], 0
-    for index, row in enumerate(rows):
-        if limit is not None and len(problems) >= limit:
-            break
-        raw_question, raw_answer = _field(row, question_field), _field(row, answer_field)
-        if _blank(raw_question) or _blank(raw_answer):
-            missing.append(index)
-            continue
-        question, answer = clean_question(str(raw_question)), clean_answer(raw_answer)
+    kept, answers, conflicts = [], {}, 0
+    for k in np.argsort(first_at):
+        q, a = divmod(int(distinct[k]), max(1, len(a_values)))
+        question, answer = clean_question(str(q_values[q])), clean_answer(a_values[a])
         if question in answers:
-            conflicts += answers[question] != answer
+            conflicts += int(counts[k]) if answers[question] != answer else 0
             continue
         answers[question] = answer
-        problems.append(
-            Problem(
-                id=f"{name}/{index}",
-                prompt=TEMPLATES[template].format(question=question),
-                answer=answer,
-                topic=str(row[spec.topic_field]) if spec and spec.topic_field else "",
-                difficulty=int(row[spec.difficulty_field]) if spec and spec.difficulty_field else 0,
-            )
-        )
-    if missing:
-        warnings.warn(
-            f"dataset {source}: skipped {len(missing)} rows without a question or answer "
-            f"(first: row {missing[0]})",
-            stacklevel=2,
-        )
-    if conflicts:
-        warnings.warn(
-            f"dataset {source}: {conflicts} repeated questions have a different answer than their "
-            "first occurrence; kept the first",
-            stacklevel=2,
-        )
-    if not problems:
-        raise ValueError(f"dataset {source} has no row with both a question and an answer")
-    return problems
+        kept.append((int(row_index[first_at[k]]), question, answer))
+    take = [index for index, _, _ in kept]
+
+    def column(field: str | None) -> list:
+        return _column(table, field).take(take).to_pylist() if field else [None] * len(take)
+
+    topics = column(spec.topic_field if spec else None)
+    difficulties = column(spec.difficulty_field if spec else None)
+    return {
+        "rows": [
+            {
+                "index": index,
+                "question": question,
+                "answer": answer,
+                "topic": "" if topic is None else str(topic),
+                "difficulty": 0 if difficulty is None else int(difficulty),
+            }
+            for (index, question, answer), topic, difficulty in zip(kept, topics, difficulties)
+        ],
+        "missing": len(missing),
+        "first_missing": int(missing[0]) if len(missing) else None,
+        "conflicts": conflicts,
+    }
 
 
 def _blank(value) -> bool:

@@ -1,0 +1,130 @@
+"""`rlkit plan`: memory arithmetic on a tiny model (checked against real tensors on the CPU) and
+the 8B shapes from the shipped configs (meta device, no weights)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from rlkit.cli import main
+from rlkit.config import load_config
+from rlkit.models.loading import ModelSpec, load_policy
+from rlkit.plan import GIB, MemoryPlan, build_plan, check_fits, model_config, model_shape
+
+
+def tiny_plan(model_dir, *overrides, prompt_tokens=8):
+    cfg = load_config("tiny-cpu", [f"model.name_or_path={model_dir}", *overrides])
+    return build_plan(cfg, prompt_tokens)
+
+
+def test_tiny_shape_counts_every_linear_and_the_real_lora(tiny_model_dir):
+    shape = tiny_plan(tiny_model_dir, "model.lora_r=4").shape
+    model = LlamaForCausalLM.from_pretrained(tiny_model_dir)
+    per_layer = {  # (in, out) of each projection: hidden 32, 4 heads × 8, 2 KV heads, MLP 64
+        "q": (32, 32), "k": (32, 16), "v": (32, 16), "o": (32, 32),
+        "gate": (32, 64), "up": (32, 64), "down": (64, 32),
+    }  # fmt: skip
+    assert shape.linear_params == 2 * sum(i * o for i, o in per_layer.values())
+    assert shape.linear_params + shape.other_params == sum(p.numel() for p in model.parameters())
+    assert shape.lora_params == 2 * sum(4 * (i + o) for i, o in per_layer.values())
+    policy = load_policy(ModelSpec(tiny_model_dir, mode="lora", lora_r=4, device="cpu"))
+    assert shape.lora_params == policy.num_trainable_parameters()
+    assert (shape.kv_dim, shape.q_dim, shape.vocab) == (16, 32, model.config.vocab_size)
+
+
+def test_kv_cache_matches_the_cache_generate_builds(tiny_model_dir):
+    model = LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    encoded = tokenizer(["1+2=", "3*4="], return_tensors="pt", padding=True)
+    out = model.generate(
+        **encoded, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+        return_dict_in_generate=True, pad_token_id=0, eos_token_id=None,
+    )  # fmt: skip
+    cached_tokens = out.sequences.shape[1] - 1  # the last sampled token is never fed back
+    cache = out.past_key_values
+    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    plan = tiny_plan(tiny_model_dir, "model.compute_dtype=float32")
+    assert plan.kv_cache(2, cached_tokens) == real
+
+
+def test_phases_grow_with_their_knob_and_chunks_bound_the_logprob_pass(tiny_model_dir):
+    tiny = tiny_plan(tiny_model_dir, "rollout.max_new_tokens=64")
+    plan = MemoryPlan(tiny.cfg, dataclasses.replace(tiny.shape, vocab=50_000), 8)  # head-bound
+    assert plan.generation(8) > plan.generation(4) > plan.resident()
+    assert plan.logprob(4, 8, False) < plan.logprob(4, 64, False) < plan.logprob(4, 64, True)
+    assert plan.train(2, 16) < plan.train(4, 16)
+    budget = plan.generation(5)
+    assert plan.largest_fitting(budget)["rollout.generation_batch_size"] == 5
+
+
+@pytest.mark.parametrize(
+    "name, total, linear, lora",
+    [  # published parameter counts; LoRA r = 16 on every projection
+        ("Qwen/Qwen3-8B", 8_190_735_360, 36 * 192_937_984, 43_646_976),
+        ("meta-llama/Llama-3.1-8B", 8_030_261_248, 32 * 218_103_808, 41_943_040),
+    ],
+)
+def test_8b_shapes_from_the_shipped_configs(name, total, linear, lora):
+    shape = model_shape(model_config(name), 16, "all-linear")
+    assert shape.linear_params + shape.other_params == total
+    assert shape.linear_params == linear
+    assert shape.lora_params == lora
+
+
+def test_8b_presets_fit_24_gib_and_the_unchunked_rollout_does_not():
+    for preset in ("qwen3-8b-qlora", "llama3-8b-qlora"):
+        plan = build_plan(load_config(preset))
+        check_fits(plan, 24 * GIB)
+        assert 5 * GIB < plan.weights() < 6 * GIB  # 4-bit linears + bf16 embeddings and head
+    qwen = load_config("qwen3-8b-qlora", ["rollout.generation_batch_size=0"])
+    with pytest.raises(ValueError, match=r"rollout.generation_batch_size=\d+"):
+        check_fits(build_plan(qwen), 24 * GIB)
+    # the issue's arithmetic: P·G = 128 rows × (512 + 2048) tokens of bf16 KV ≈ 45 GiB
+    plan = build_plan(qwen)
+    assert plan.kv_cache(128, 2560) / GIB == pytest.approx(45.0)
+
+
+def test_plan_command_prints_every_phase_and_the_fitting_chunks(capsys):
+    assert main(["plan", "--config", "qwen3-8b-qlora", "--gpu-mem", "24"]) == 0
+    out = capsys.readouterr().out
+    for phase in ("weights", "LoRA + optimizer", "generation (32 rows)", "log-prob pass",
+                  "train micro-batch (4 rows, checkpointing)", "rollout.generation_batch_size="):  # fmt: skip
+        assert phase in out, phase
+
+
+def test_train_refuses_a_config_that_cannot_fit_before_loading(monkeypatch, tmp_path, capsys):
+    class FakeProperties:
+        total_memory = 16 * GIB
+
+    import rlkit.trainer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: FakeProperties)
+    monkeypatch.setattr(rlkit.trainer, "load_policy", lambda spec: pytest.fail("loaded"))
+    code = main(["train", "--config", "qwen3-8b-qlora", f"output_dir={tmp_path}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "generation" in err and "rollout.generation_batch_size=" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_memory_plan_rejects_a_bad_prompt_length(tiny_model_dir):
+    plan = tiny_plan(tiny_model_dir)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        MemoryPlan(plan.cfg, plan.shape, 0)
+
+
+def test_vllm_engine_leaves_its_share_of_the_gpu():
+    hf = build_plan(load_config("qwen3-8b-qlora"))
+    vllm = build_plan(
+        load_config("qwen3-8b-qlora", ["rollout.engine=vllm", "rollout.vllm_memory=0.5"])
+    )
+    assert not any(p.name.startswith("generation") for p in vllm.phases())
+    assert any(p.name.startswith("eval generation") for p in vllm.phases())  # eval stays on HF
+    assert vllm.usable(24 * GIB, 0.1) == pytest.approx(hf.usable(24 * GIB, 0.1) - 12 * GIB)
+    check_fits(hf, 24 * GIB)
+    with pytest.raises(ValueError, match=r"rollout.vllm_memory=0.5 for vLLM"):
+        check_fits(vllm, 24 * GIB)
