@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlkit.cli import main
 
 
@@ -45,3 +47,11 @@ def test_train_eval_and_plot_a_run(capsys, tmp_path, tiny_model_dir):
 
     assert main(["plot", str(run), "--out", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_overrides_may_come_before_and_after_flags(capsys, tmp_path):
+    code = main(["train", "rollout.grup_size=4", "--overwrite", "steps=2"])
+    assert code == 2
+    assert "unknown config key rollout.grup_size" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--overwrite", "--no-such-flag"])
