@@ -201,6 +201,10 @@ class OptimConfig:
     mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole batch
     micro_batch_size: int = 0  # sequences per forward pass (gradient accumulation); 0 = mini-batch
     max_nonfinite_skips: int = 3
+    # Skip the passes the run does not need: the reference pass (and mode=full's frozen copy)
+    # when kl_coef = 0, and π_old's pass when the update is on-policy (Trainer.on_policy_update).
+    # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
+    skip_redundant_passes: bool = True
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
