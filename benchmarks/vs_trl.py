@@ -101,11 +101,11 @@ def train_problems():
     return load_problems(load_config("tiny-cpu").task)[0]
 
 
-def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list[float]:
+def rlkit_config(path: Path, shape: Shape, out_dir: Path, overrides=()):
+    """rlkit's side of the comparison (``tiny-cpu`` with the shared settings)."""
     from rlkit.config import load_config
-    from rlkit.trainer import Trainer
 
-    cfg = load_config(
+    return load_config(
         "tiny-cpu",
         [
             f"model.name_or_path={path}",
@@ -124,9 +124,15 @@ def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) 
             "optim.mini_batch_size=0",
             "progress=false",
             "tensorboard=false",
+            *overrides,
         ],
     )
-    trainer = Trainer(cfg)
+
+
+def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list[float]:
+    from rlkit.trainer import Trainer
+
+    trainer = Trainer(rlkit_config(path, shape, out_dir))
     times = []
     try:
         for i in range(warmup + steps):

@@ -53,3 +53,11 @@ def test_random_llama_shape_has_10_to_30m_parameters(tmp_path):
     model = LlamaForCausalLM.from_pretrained(path)
     assert 10e6 <= sum(p.numel() for p in model.parameters()) <= 30e6
     assert vs_trl.model_dir("llama11m", tmp_path) == path  # built once, then reused
+
+
+def test_profile_step_labels_every_phase():
+    import profile_step
+
+    table = profile_step.main(["--shape", "smoke", "--steps", "1", "--warmup", "0"])
+    for phase in ("PHASE_generate", "PHASE_update", "PHASE_check_finite"):
+        assert phase in table
