@@ -22,10 +22,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from timing import load_average, median_range, set_threads
+from timing import clock, load_average, median_range, set_threads, since
 
 from rlkit.config import load_config
 from rlkit.trainer import Trainer
@@ -66,21 +65,22 @@ def build(arm: list[str], run_dir: Path, overrides: list[str]) -> Trainer:
     return Trainer(cfg)
 
 
-def timed_steps(trainer: Trainer, steps: int) -> tuple[float, float]:
-    """Median wall seconds of ``steps`` steps, and the tokens they generated per step."""
+def timed_steps(trainer: Trainer, steps: int) -> tuple[float, float, float]:
+    """Median wall and CPU seconds of ``steps`` steps, and the tokens they generated per step."""
     before = trainer.counters["tokens_generated"] + trainer.counters["tokens_probe"]
     times = []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        start = clock()
         trainer.step()
-        times.append(time.perf_counter() - t0)
+        times.append(since(start))
     after = trainer.counters["tokens_generated"] + trainer.counters["tokens_probe"]
-    return statistics.median(times), (after - before) / steps
+    wall, cpu = zip(*times)
+    return statistics.median(wall), statistics.median(cpu), (after - before) / steps
 
 
 def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str, dict]:
     """Per arm: the ratio to GRPO of each repetition, its tokens ratio, and the loads seen."""
-    results = {name: {"ratio": [], "tokens": [], "seconds": []} for name in ARMS}
+    results = {name: {k: [] for k in ("seconds", "ratio", "cpu_ratio", "tokens")} for name in ARMS}
     loads = []
     with tempfile.TemporaryDirectory() as root:
         trainers = {
@@ -99,11 +99,12 @@ def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str
                 for name in names[shift:] + names[:shift]:
                     measured[name] = timed_steps(trainers[name], steps)
                 loads.append((load_before, load_average()))
-                base_s, base_tokens = measured["GRPO"]
-                for name, (seconds, tokens) in measured.items():
-                    results[name]["ratio"].append(seconds / base_s)
-                    results[name]["tokens"].append(tokens / max(base_tokens, 1.0))
+                base_s, base_cpu, base_tokens = measured["GRPO"]
+                for name, (seconds, cpu, tokens) in measured.items():
                     results[name]["seconds"].append(seconds)
+                    results[name]["ratio"].append(seconds / base_s)
+                    results[name]["cpu_ratio"].append(cpu / base_cpu)
+                    results[name]["tokens"].append(tokens / max(base_tokens, 1.0))
         finally:
             for trainer in trainers.values():
                 trainer.close()
@@ -112,12 +113,13 @@ def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str
 
 def report(result: dict) -> str:
     lines = [
-        f"{'arm':22s} {'s/step (median [range])':>26s} {'× GRPO (median [range])':>26s} {'tokens × GRPO':>14s}"
+        f"{'arm':22s} {'wall s/step':>22s} {'wall × GRPO':>22s} {'CPU time × GRPO':>22s} "
+        f"{'tokens × GRPO':>14s}   (median [range] over repetitions)"
     ]
     for name, r in result["arms"].items():
         lines.append(
-            f"{name:22s} {median_range(r['seconds']):>26s} {median_range(r['ratio']):>26s} "
-            f"{statistics.median(r['tokens']):14.2f}"
+            f"{name:22s} {median_range(r['seconds']):>22s} {median_range(r['ratio']):>22s} "
+            f"{median_range(r['cpu_ratio']):>22s} {statistics.median(r['tokens']):14.2f}"
         )
     loads = ", ".join(f"{a:.2f}→{b:.2f}" for a, b in result["loads"])
     lines.append(f"1-min load average per repetition (start→end): {loads}")

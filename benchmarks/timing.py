@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Sequence
 
 
@@ -30,3 +31,15 @@ def set_threads(threads: int) -> None:
 def median_range(values: Sequence[float]) -> str:
     """``median [min, max]`` of ``values``, 3 significant decimals."""
     return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def clock() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process). CPU time is what a step costs the machine:
+    while other processes compete for the cores it grows far less than wall time does."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    """Wall and CPU seconds elapsed since ``start`` (a :func:`clock` reading)."""
+    wall, cpu = clock()
+    return wall - start[0], cpu - start[1]

@@ -33,11 +33,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from timing import load_average, median_range, set_threads
+from timing import clock, load_average, median_range, set_threads, since
 
 LR = 3e-5
 EPS = 0.2
@@ -129,23 +128,23 @@ def rlkit_config(path: Path, shape: Shape, out_dir: Path, overrides=()):
     )
 
 
-def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list[float]:
+def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list:
     from rlkit.trainer import Trainer
 
     trainer = Trainer(rlkit_config(path, shape, out_dir))
     times = []
     try:
         for i in range(warmup + steps):
-            t0 = time.perf_counter()
+            start = clock()
             trainer.step()
             if i >= warmup:
-                times.append(time.perf_counter() - t0)
+                times.append(since(start))
     finally:
         trainer.close()
     return times
 
 
-def run_trl(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list[float]:
+def run_trl(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list:
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -201,10 +200,10 @@ def run_trl(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) ->
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             if not ends:
-                ends.append(time.perf_counter())
+                ends.append(clock())
 
         def on_step_end(self, args, state, control, **kwargs):
-            ends.append(time.perf_counter())
+            ends.append(clock())
 
     trainer = GRPOTrainer(
         model=str(path),
@@ -215,7 +214,7 @@ def run_trl(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) ->
         callbacks=[StepClock()],
     )
     trainer.train()
-    times = [b - a for a, b in zip(ends, ends[1:])]
+    times = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(ends, ends[1:])]
     return times[warmup:]
 
 
@@ -228,12 +227,16 @@ def child(args) -> None:
     load_before = load_average()
     with tempfile.TemporaryDirectory() as out_dir:
         times = run(path, shape, args.steps, args.warmup, Path(out_dir))
+    wall, cpu = zip(*times)
+    rows = shape.prompts * shape.group_size
     print(
         json.dumps(
             {
                 "trainer": args.child,
-                "step_s": times,
-                "completions_per_s": shape.prompts * shape.group_size / statistics.median(times),
+                "step_s": wall,
+                "step_cpu_s": cpu,
+                "completions_per_s": rows / statistics.median(wall),
+                "completions_per_cpu_s": rows / statistics.median(cpu),
                 "load": [load_before, load_average()],
             }
         )
@@ -260,9 +263,12 @@ def compare(args) -> dict:
         order = ["rlkit", "trl"] if rep % 2 == 0 else ["trl", "rlkit"]
         for name in order:
             runs[name].append(measure(name, args, cache))
-    rates = {name: [r["completions_per_s"] for r in rs] for name, rs in runs.items()}
-    ratios = [a / b for a, b in zip(rates["rlkit"], rates["trl"])]
-    return {"shape": asdict(SHAPES[args.shape]), "runs": runs, "rates": rates, "ratios": ratios}
+    result = {"shape": asdict(SHAPES[args.shape]), "runs": runs}
+    for key in ("completions_per_s", "completions_per_cpu_s"):
+        rates = {name: [r[key] for r in rs] for name, rs in runs.items()}
+        result[key] = rates
+        result[f"ratio_{key}"] = [a / b for a, b in zip(rates["rlkit"], rates["trl"])]
+    return result
 
 
 def report(result: dict, args) -> str:
@@ -270,12 +276,18 @@ def report(result: dict, args) -> str:
     lines = [
         f"shape {args.shape}: {shape['prompts']} prompts × G = {shape['group_size']}, "
         f"{shape['new_tokens']} new tokens, {args.steps} timed steps per run, {args.threads} thread(s)",
-        f"{'trainer':8s} {'completions/s (median [range])':>32s}   load per run (start→end)",
+        f"{'trainer':8s} {'completions/s (wall)':>24s} {'completions/CPU-s':>24s}   "
+        "load per run (start→end); median [range] over runs",
     ]
-    for name, rates in result["rates"].items():
-        loads = ", ".join(f"{a:.2f}→{b:.2f}" for a, b in (r["load"] for r in result["runs"][name]))
-        lines.append(f"{name:8s} {median_range(rates):>32s}   {loads}")
-    lines.append(f"rlkit / TRL per repetition: {median_range(result['ratios'])}")
+    for name, runs in result["runs"].items():
+        loads = ", ".join(f"{a:.2f}→{b:.2f}" for a, b in (r["load"] for r in runs))
+        wall = median_range(result["completions_per_s"][name])
+        cpu = median_range(result["completions_per_cpu_s"][name])
+        lines.append(f"{name:8s} {wall:>24s} {cpu:>24s}   {loads}")
+    lines.append(
+        f"rlkit / TRL per repetition: wall {median_range(result['ratio_completions_per_s'])}, "
+        f"CPU time {median_range(result['ratio_completions_per_cpu_s'])}"
+    )
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ def test_method_overhead_smoke(capsys):
     result = method_overhead.main(["--smoke"])
     assert set(result["arms"]) == set(method_overhead.ARMS)
     grpo = result["arms"]["GRPO"]
-    assert grpo["ratio"] == [1.0, 1.0]  # GRPO is the baseline of every repetition
+    assert grpo["ratio"] == grpo["cpu_ratio"] == [1.0, 1.0]  # GRPO is every repetition's baseline
     for arm in result["arms"].values():
         assert len(arm["ratio"]) == 2 and all(math.isfinite(r) and r > 0 for r in arm["ratio"])
     # probe=full generates a probe group on top of the training group
@@ -39,8 +39,10 @@ def test_vs_trl_smoke(capsys):
         (run,) = result["runs"][name]
         assert len(run["step_s"]) == 2 and all(t > 0 for t in run["step_s"])
         assert len(run["load"]) == 2
-    (ratio,) = result["ratios"]
-    assert ratio == pytest.approx(result["rates"]["rlkit"][0] / result["rates"]["trl"][0])
+        assert len(run["step_cpu_s"]) == 2 and all(t > 0 for t in run["step_cpu_s"])
+    rates = result["completions_per_s"]
+    (ratio,) = result["ratio_completions_per_s"]
+    assert ratio == pytest.approx(rates["rlkit"][0] / rates["trl"][0])
     assert "rlkit / TRL" in capsys.readouterr().out
 
 
