@@ -9,8 +9,9 @@ batches, AGPO's step-KL forward, the estimators' arithmetic.
 One trainer per arm lives in the process. A repetition runs ``--steps`` steps of every arm, the
 arms in a rotated order (so a change of machine load does not always hit the same arm); each
 arm's time is the median wall time of its steps in that repetition, divided by GRPO's in the same
-repetition. Printed: the median and range of that ratio over ``--repeats`` repetitions, the tokens
-generated per step (training + probe) as a ratio to GRPO, and the load average during each
+repetition (wall time, and the process's CPU time, which a busy machine disturbs less). Printed:
+the median and range of each ratio over ``--repeats`` repetitions, the tokens trained on (+ probe)
+per step as a ratio to GRPO, the generation rounds per step, and the load average during each
 repetition. The first ``--warmup`` steps of every arm are not timed.
 
     python benchmarks/method_overhead.py                    # 5 repetitions × 4 steps
@@ -65,22 +66,27 @@ def build(arm: list[str], run_dir: Path, overrides: list[str]) -> Trainer:
     return Trainer(cfg)
 
 
-def timed_steps(trainer: Trainer, steps: int) -> tuple[float, float, float]:
-    """Median wall and CPU seconds of ``steps`` steps, and the tokens they generated per step."""
+def timed_steps(trainer: Trainer, steps: int) -> tuple[float, float, float, float]:
+    """Median wall and CPU seconds of ``steps`` steps, the tokens trained on (plus AGPO's probe
+    tokens) per step, and the generation rounds per step (DAPO's dynamic sampling draws more
+    rounds; the groups it drops are not counted as tokens)."""
     before = trainer.counters["tokens_generated"] + trainer.counters["tokens_probe"]
-    times = []
+    times, rounds = [], []
     for _ in range(steps):
         start = clock()
-        trainer.step()
+        metrics = trainer.step()
         times.append(since(start))
+        rounds.append(metrics["dapo/gen_batches"])
     after = trainer.counters["tokens_generated"] + trainer.counters["tokens_probe"]
     wall, cpu = zip(*times)
-    return statistics.median(wall), statistics.median(cpu), (after - before) / steps
+    median = statistics.median
+    return median(wall), median(cpu), (after - before) / steps, sum(rounds) / steps
 
 
 def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str, dict]:
     """Per arm: the ratio to GRPO of each repetition, its tokens ratio, and the loads seen."""
-    results = {name: {k: [] for k in ("seconds", "ratio", "cpu_ratio", "tokens")} for name in ARMS}
+    keys = ("seconds", "ratio", "cpu_ratio", "tokens", "rounds")
+    results = {name: {k: [] for k in keys} for name in ARMS}
     loads = []
     with tempfile.TemporaryDirectory() as root:
         trainers = {
@@ -99,12 +105,13 @@ def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str
                 for name in names[shift:] + names[:shift]:
                     measured[name] = timed_steps(trainers[name], steps)
                 loads.append((load_before, load_average()))
-                base_s, base_cpu, base_tokens = measured["GRPO"]
-                for name, (seconds, cpu, tokens) in measured.items():
+                base_s, base_cpu, base_tokens, _ = measured["GRPO"]
+                for name, (seconds, cpu, tokens, rounds) in measured.items():
                     results[name]["seconds"].append(seconds)
                     results[name]["ratio"].append(seconds / base_s)
                     results[name]["cpu_ratio"].append(cpu / base_cpu)
                     results[name]["tokens"].append(tokens / max(base_tokens, 1.0))
+                    results[name]["rounds"].append(rounds)
         finally:
             for trainer in trainers.values():
                 trainer.close()
@@ -114,12 +121,13 @@ def run(steps: int, repeats: int, warmup: int, overrides: list[str]) -> dict[str
 def report(result: dict) -> str:
     lines = [
         f"{'arm':22s} {'wall s/step':>22s} {'wall × GRPO':>22s} {'CPU time × GRPO':>22s} "
-        f"{'tokens × GRPO':>14s}   (median [range] over repetitions)"
+        f"{'tokens × GRPO':>14s} {'rounds/step':>12s}   (median [range] over repetitions)"
     ]
     for name, r in result["arms"].items():
         lines.append(
             f"{name:22s} {median_range(r['seconds']):>22s} {median_range(r['ratio']):>22s} "
-            f"{median_range(r['cpu_ratio']):>22s} {statistics.median(r['tokens']):14.2f}"
+            f"{median_range(r['cpu_ratio']):>22s} {statistics.median(r['tokens']):14.2f} "
+            f"{statistics.mean(r['rounds']):12.2f}"
         )
     loads = ", ".join(f"{a:.2f}→{b:.2f}" for a, b in result["loads"])
     lines.append(f"1-min load average per repetition (start→end): {loads}")

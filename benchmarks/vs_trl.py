@@ -128,10 +128,10 @@ def rlkit_config(path: Path, shape: Shape, out_dir: Path, overrides=()):
     )
 
 
-def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path) -> list:
+def run_rlkit(path: Path, shape: Shape, steps: int, warmup: int, out_dir: Path, overrides) -> list:
     from rlkit.trainer import Trainer
 
-    trainer = Trainer(rlkit_config(path, shape, out_dir))
+    trainer = Trainer(rlkit_config(path, shape, out_dir, overrides))
     times = []
     try:
         for i in range(warmup + steps):
@@ -226,7 +226,8 @@ def child(args) -> None:
     run = run_rlkit if args.child == "rlkit" else run_trl
     load_before = load_average()
     with tempfile.TemporaryDirectory() as out_dir:
-        times = run(path, shape, args.steps, args.warmup, Path(out_dir))
+        extra = (args.rlkit,) if args.child == "rlkit" else ()
+        times = run(path, shape, args.steps, args.warmup, Path(out_dir), *extra)
     wall, cpu = zip(*times)
     rows = shape.prompts * shape.group_size
     print(
@@ -247,6 +248,7 @@ def measure(name: str, args, cache: Path) -> dict:
     command = [sys.executable, __file__, "--child", name, "--shape", args.shape]
     command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     command += ["--threads", str(args.threads), "--cache", str(cache)]
+    command += [f"--rlkit={override}" for override in args.rlkit]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -300,6 +302,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache", default=os.environ.get("RLKIT_CACHE", ".cache/bench"))
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, one run each")
+    parser.add_argument(
+        "--rlkit",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra rlkit config override (repeatable), e.g. optim.skip_redundant_passes=false",
+    )
     parser.add_argument("--child", choices=("rlkit", "trl"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
