@@ -7,7 +7,8 @@ One step, top to bottom (:meth:`Trainer.step`):
 3. sample G completions per prompt at its temperature and score them;
 4. advantages from the registry estimator;
 5. old / reference log-probs at each sequence's sampling temperature, pre-update entropy (AGPO,
-   or when ``log_entropy``);
+   or when ``log_entropy``), each pass only when needed: no reference pass when β = 0, and π_old
+   is the training forward itself when the update is on-policy (:meth:`Trainer.on_policy_update`);
 6. AGPO only: per-prompt clip radius ε;
 7. μ update epochs over mini-batches with gradient accumulation;
 8. AGPO only: the step KL after the update feeds the clip controller;
@@ -37,7 +38,13 @@ from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
 from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
 from rlkit.metrics import MetricsLogger
-from rlkit.models.loading import ModelSpec, Policy, eval_mode, load_policy
+from rlkit.models.loading import (
+    ModelSpec,
+    Policy,
+    eval_mode,
+    load_policy,
+    train_mode_changes_forward,
+)
 from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
 from rlkit.rundir import (
@@ -58,6 +65,15 @@ from rlkit.tasks.loader import load_problems, warn_long_prompts
 class NonFiniteError(RuntimeError):
     """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
     optimizer step leaves the policy non-finite."""
+
+
+@dataclass
+class OldPolicy:
+    """π_old on the batch: per-token log-probs at the ratio temperature and full-vocabulary entropy
+    at T = 1, [B, Lc]. Both None when the update is on-policy: the training forward fills them."""
+
+    logp: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
 
 @dataclass
@@ -222,7 +238,10 @@ class Trainer:
         self.eval_problems = eval_problems[: cfg.eval.num_problems]
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
         spec["name_or_path"] = resolve_model_path(cfg)
-        self.policy: Policy = load_policy(ModelSpec(**spec))
+        skip = cfg.optim.skip_redundant_passes
+        self.uses_reference = cfg.loss.kl_coef > 0 or not skip
+        self.policy: Policy = load_policy(ModelSpec(**spec), keep_reference=self.uses_reference)
+        self.mode_free_forward = skip and not train_mode_changes_forward(self.policy.model)
         self.pad_id = self.policy.tokenizer.pad_token_id
         self.engine = None
         if cfg.rollout.engine == "vllm":
@@ -444,16 +463,51 @@ class Trainer:
         with self.policy.reference() as ref_model:
             return self.logprobs(ref_model, rollouts, temps)[0]
 
-    def update(self, rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high) -> dict:
-        """μ epochs of clipped-surrogate updates over mini-batches (docs/algorithms.md §4)."""
+    def on_policy_update(self, rows: int) -> bool:
+        """Whether π_old's pass would repeat the training forward (docs/algorithms.md §4): one
+        epoch and one mini-batch over all ``rows`` (the ratio is then exactly 1 at the only
+        forward), a forward that train mode does not change (no active dropout), and, for AGPO's
+        adaptive clip (ε needs every row's pre-update entropy before the loss), one micro-batch."""
+        opt = self.cfg.optim
+
+        def whole(size: int) -> bool:
+            return size == 0 or size >= rows
+
+        if not (self.mode_free_forward and opt.update_epochs == 1 and whole(opt.mini_batch_size)):
+            return False
+        return not self.clip_needs_entropy or whole(opt.micro_batch_size)
+
+    @property
+    def clip_needs_entropy(self) -> bool:
+        return self.cfg.agpo.enabled and self.cfg.agpo.adaptive_clip
+
+    @property
+    def needs_entropy(self) -> bool:
+        """π_old's entropy is computed for AGPO (its signals) or when logged (``log_entropy``)."""
+        return self.cfg.agpo.enabled or self.cfg.log_entropy
+
+    def update(self, rollouts, advantages, old: OldPolicy, ref_logp, temps, clip_radii) -> dict:
+        """μ epochs of clipped-surrogate updates over mini-batches (docs/algorithms.md §4).
+
+        ``old`` empty: on-policy (:meth:`on_policy_update`), π_old is the detached training
+        forward, which fills ``old`` (ratio exactly 1). ``ref_logp`` None: no KL term and no
+        ``kl`` metric. ``clip_radii(entropy)`` → per-row (ε_low, ε_high), called once the
+        pre-update entropy of every row is known."""
         cfg, opt = self.cfg, self.cfg.optim
         rows = len(rollouts)
         mini = opt.mini_batch_size or rows
         micro = opt.micro_batch_size or mini
         mask = rollouts.completion_mask
+        on_policy = old.logp is None
+        if on_policy:
+            old.logp = torch.zeros(mask.shape, device=mask.device)
+            old.entropy = torch.zeros(mask.shape, device=mask.device)
+        eps = None if on_policy and self.clip_needs_entropy else clip_radii(old.entropy)
         params = self.policy.trainable_parameters()
-        sums = {"loss": 0.0, "kl": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0}
+        sums = {"loss": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0}
         sums.update({"clip_ratio/region_mean": 0.0, "grad_norm": 0.0})
+        if ref_logp is not None:
+            sums["kl"] = 0.0
         updates = 0
         self.policy.model.train()
         for _ in range(opt.update_epochs):
@@ -466,19 +520,34 @@ class Trainer:
                 for mstart in range(0, len(mb), micro):
                     idx = mb[mstart : mstart + micro]
                     sub = rollouts.select(idx)
-                    logp, _ = self.logprobs(self.policy.model, sub, temps[idx], micro=len(idx))
+                    logp, entropy = self.logprobs(
+                        self.policy.model,
+                        sub,
+                        temps[idx],
+                        on_policy and self.needs_entropy,
+                        len(idx),
+                    )
+                    if on_policy:
+                        old.logp[idx.to(mask.device)] = logp.detach()
+                        if entropy is not None:
+                            old.entropy[idx.to(mask.device)] = entropy
+                    if eps is None:  # on-policy AGPO: this one forward covered every row
+                        eps = clip_radii(old.entropy)
                     m = sub.completion_mask
                     loss_tok, clip = clipped_surrogate(
                         logp,
-                        old_logp[idx],
+                        old.logp[idx],
                         advantages[idx],
-                        eps_low[idx],
-                        eps_high[idx],
+                        eps[0][idx],
+                        eps[1][idx],
                         m,
                         cfg.loss.dual_clip,
                     )
-                    kl_tok = kl_divergence(logp, ref_logp[idx], cfg.loss.kl_estimator)
-                    loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
+                    kl = None
+                    if ref_logp is not None:
+                        kl_tok = kl_divergence(logp, ref_logp[idx], cfg.loss.kl_estimator)
+                        loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
+                        kl = masked_mean(kl_tok.detach(), m)
                     weight = (
                         (m.sum() / mb_tokens)
                         if cfg.loss.loss_agg == "token-mean"
@@ -490,7 +559,7 @@ class Trainer:
                     )
                     loss.backward()
                     loss_total += loss.item()
-                    stats.append((weight, clip, masked_mean(kl_tok.detach(), m)))
+                    stats.append((weight, clip, kl))
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
                 if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
                     self.skip_nonfinite(loss_total, float(grad_norm))
@@ -503,7 +572,8 @@ class Trainer:
                 sums["grad_norm"] += float(grad_norm)
                 for weight, clip, kl in stats:
                     w = float(weight)
-                    sums["kl"] += w * float(kl)
+                    if kl is not None:
+                        sums["kl"] += w * float(kl)
                     sums["clip_ratio/low_mean"] += w * float(clip.low)
                     sums["clip_ratio/high_mean"] += w * float(clip.high)
                     sums["clip_ratio/region_mean"] += w * float(clip.region)
@@ -565,25 +635,30 @@ class Trainer:
         advantages = result.advantages.reshape(-1).to(rollouts.input_ids.device)
 
         temps = self.ratio_temperatures(rollouts)
-        with torch.no_grad(), eval_mode(self.policy.model):  # π_old samples without dropout
-            old_logp, entropy = self.logprobs(
-                self.policy.model, rollouts, temps, cfg.agpo.enabled or cfg.log_entropy
-            )
-        ref_logp = self.reference_logprobs(rollouts, temps)
+        old = OldPolicy()
+        if not self.on_policy_update(len(rollouts)):
+            with torch.no_grad(), eval_mode(self.policy.model):  # π_old samples without dropout
+                old.logp, old.entropy = self.logprobs(
+                    self.policy.model, rollouts, temps, self.needs_entropy
+                )
+        ref_logp = self.reference_logprobs(rollouts, temps) if self.uses_reference else None
         mask = rollouts.completion_mask
-        eps_low = torch.full((len(rollouts),), cfg.loss.eps_low)
-        eps_high = torch.full((len(rollouts),), cfg.loss.eps_high)
-        if cfg.agpo.enabled:
-            stats = groups.probe_stats
-            tok_entropy = per_prompt_mean(entropy, mask, num_prompts)
-            if cfg.agpo.adaptive_clip:
-                eps = self.clip_ctl(stats, tok_entropy.cpu()).repeat_interleave(g)
-                eps_low, eps_high = eps, eps
-            metrics |= self.agpo_metrics(groups, tok_entropy)
+
+        def clip_radii(entropy: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            """Per-row (ε_low, ε_high): the loss's, or AGPO's per-prompt ε (docs/algorithms.md §3 step 4)."""
+            if self.clip_needs_entropy:
+                tok_entropy = per_prompt_mean(entropy, mask, num_prompts).cpu()
+                eps = self.clip_ctl(groups.probe_stats, tok_entropy).repeat_interleave(g)
+                return eps, eps
+            rows = len(rollouts)
+            return torch.full((rows,), cfg.loss.eps_low), torch.full((rows,), cfg.loss.eps_high)
+
         lr = self.scheduler.get_last_lr()[0]  # this step's; update() steps the scheduler
-        update = self.update(rollouts, advantages, old_logp, ref_logp, temps, eps_low, eps_high)
+        update = self.update(rollouts, advantages, old, ref_logp, temps, clip_radii)
+        entropy = old.entropy
         if cfg.agpo.enabled:
-            drift = self.step_kl(rollouts, old_logp, temps, num_prompts)
+            metrics |= self.agpo_metrics(groups, per_prompt_mean(entropy, mask, num_prompts))
+            drift = self.step_kl(rollouts, old.logp, temps, num_prompts)
             metrics["agpo/kl_drift"] = self.clip_ctl.update_kl(drift.cpu())
             self.remember_stats(groups)
         t_update = time.perf_counter() - t1

@@ -24,7 +24,7 @@ def no_model_load(monkeypatch):
     is imported here, not at the top, so reward workers unpickling `odd_reward` stay light.)"""
     import rlkit.trainer as trainer_module
 
-    def refuse(spec):
+    def refuse(spec, **kwargs):
         raise AssertionError(f"the model was loaded before the error ({spec.name_or_path})")
 
     monkeypatch.setattr(trainer_module, "load_policy", refuse)

@@ -132,9 +132,9 @@ def test_eval_never_takes_trust_remote_code_from_the_run_dir(run, monkeypatch):
     specs = []
     real = trainer_module.load_policy
 
-    def recording(spec):
+    def recording(spec, **kwargs):
         specs.append(spec)
-        return real(spec)
+        return real(spec, **kwargs)
 
     monkeypatch.setattr(trainer_module, "load_policy", recording)
     assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 0

@@ -54,10 +54,10 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
             "frac_reward_zero_std",
             "entropy",
             "grad_norm",
-            "kl",
             "advantages/std",
         ):
             assert row[key] is not None and math.isfinite(row[key]), key
+        assert "kl" not in row  # β = 0: no reference pass, no kl metric
     if estimator == "ebpo":
         assert 0.0 <= rows[-1]["ebpo/shrinkage_mean"] <= 1.0
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000002"
@@ -368,7 +368,8 @@ def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, 
     seen = []
     update = trainer.update
 
-    def checking_update(rollouts, advantages, old_logp, ref_logp, temps, *eps):
+    def checking_update(rollouts, advantages, old, ref_logp, temps, clip_radii):
+        old_logp = old.logp  # dropout is active: π_old has its own eval-mode pass
         num_prompts = len(rollouts) // cfg.rollout.group_size
         drift = trainer.step_kl(rollouts, old_logp, temps, num_prompts)
         trainer.policy.model.eval()
@@ -376,7 +377,7 @@ def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, 
             eval_logp, _ = sequence_logprobs(trainer.policy.model, rollouts, temps)
         trainer.policy.model.train()
         seen.append((old_logp, eval_logp, drift))
-        return update(rollouts, advantages, old_logp, ref_logp, temps, *eps)
+        return update(rollouts, advantages, old, ref_logp, temps, clip_radii)
 
     monkeypatch.setattr(trainer, "update", checking_update)
     trainer.step()

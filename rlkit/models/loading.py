@@ -62,6 +62,22 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         model.train(was_training)
 
 
+def train_mode_changes_forward(model: torch.nn.Module) -> bool:
+    """Whether `model`'s forward differs between train and eval mode: a dropout or batch-norm
+    module that is active (LoRA dropout included), or a dropout probability > 0 in the model
+    config (HF attention applies `config.attention_dropout` functionally, only in train mode)."""
+    stochastic = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+    for module in model.modules():
+        if isinstance(module, stochastic) and getattr(module, "p", 1.0) > 0:
+            return True
+    config = getattr(model, "config", None)
+    settings = config.to_dict() if hasattr(config, "to_dict") else {}
+    return any(
+        ("dropout" in name or "pdrop" in name) and isinstance(value, float) and value > 0
+        for name, value in settings.items()
+    )
+
+
 class Policy:
     """A trainable causal LM, its tokenizer, and access to its reference policy.
 
@@ -101,6 +117,11 @@ class Policy:
     def reference(self) -> Iterator[torch.nn.Module]:
         """Yield the reference policy π_ref for the KL term (docs/algorithms.md §4)."""
         if not self.uses_adapter:
+            if self._reference_model is None:
+                raise ValueError(
+                    "this policy was loaded with keep_reference=False (mode=full): "
+                    "it has no reference copy"
+                )
             yield self._reference_model
             return
         with eval_mode(self.model), self.model.disable_adapter():
@@ -283,14 +304,17 @@ def _input_gradient(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | N
     return torch.autograd.grad(y.sum(), x, allow_unused=True)[0]
 
 
-def load_policy(spec: ModelSpec) -> Policy:
-    """Load `spec.name_or_path` and make it trainable as `spec.mode` says."""
+def load_policy(spec: ModelSpec, keep_reference: bool = True) -> Policy:
+    """Load `spec.name_or_path` and make it trainable as `spec.mode` says.
+
+    `keep_reference=False` (nothing will ask for π_ref, e.g. β = 0): mode=full keeps no frozen
+    copy of the weights; LoRA/QLoRA's reference costs no memory either way."""
     tokenizer = load_tokenizer(spec)
     model = _load_base_model(spec)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     reference_model = None
-    if spec.mode == "full":
+    if spec.mode == "full" and keep_reference:
         reference_model = copy.deepcopy(model).eval().requires_grad_(False)
     elif spec.mode == "qlora":
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)

@@ -1,0 +1,137 @@
+"""Skipped passes (issue 12): no reference pass when β = 0, no separate π_old pass when the update is
+on-policy. Each skipped pass must leave the losses, gradients and logged metrics (timings aside)
+those of the full path (`optim.skip_redundant_passes=false`), up to float rounding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_trainer import PatternScorer, make_config
+
+import rlkit.trainer as trainer_module
+from rlkit.trainer import Trainer
+
+# A tiny model gives every pass the same arithmetic up to the order of the batch rows.
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def run_steps(run_dir, model_dir, overrides, skip: bool, steps: int = 2, monkeypatch=None):
+    """``steps`` trainer steps; returns (metrics per step, gradients per optimizer step, trainer,
+    number of log-prob passes)."""
+    cfg = make_config(
+        run_dir,
+        model_dir,
+        "optim.lr=0.05",
+        f"optim.skip_redundant_passes={str(skip).lower()}",
+        *overrides,
+    )
+    trainer = Trainer(cfg)
+    trainer.scorer.close()
+    trainer.scorer = PatternScorer()
+    grads = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: grads.append(
+            [p.grad.clone() for p in trainer.policy.trainable_parameters()]
+        )
+    )
+    passes = []
+    counted = trainer_module.sequence_logprobs
+
+    def counting(*args, **kwargs):
+        passes.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "sequence_logprobs", counting)
+    try:
+        rows = [trainer.step() for _ in range(steps)]
+    finally:
+        monkeypatch.setattr(trainer_module, "sequence_logprobs", counted)
+        trainer.close()
+    return rows, grads, trainer, len(passes)
+
+
+def assert_same_metrics(full: dict, fast: dict, drop_kl: bool) -> None:
+    keys = {k for k in full if not k.startswith("time/")} - ({"kl"} if drop_kl else set())
+    assert keys == {k for k in fast if not k.startswith("time/")}
+    for key in sorted(keys):
+        a, b = float(full[key]), float(fast[key])
+        assert math.isclose(a, b, rel_tol=TOLERANCE["rtol"], abs_tol=TOLERANCE["atol"]), (key, a, b)
+
+
+CASES = {
+    # overrides, passes saved per step (each step also has the training forward and the
+    # post-step finiteness check; AGPO adds its step-KL pass)
+    "grpo-full-weights": ([], 2),
+    "agpo-adaptive-clip": (["algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=previous"], 2),
+    "micro-batched": (["optim.micro_batch_size=4"], 2),
+    "lora": (["model.mode=lora", "model.lora_r=4"], 2),
+    "dapo-seq-mean": (["loss.eps_high=0.28", "loss.loss_agg=seq-mean-token-mean"], 2),
+    "kl-kept": (["loss.kl_coef=0.05"], 1),  # β > 0: only π_old's pass is skipped
+    # AGPO's ε needs every row's entropy before the loss: micro-batches keep π_old's pass
+    "agpo-micro-batched": (
+        ["algo.estimator=agpo", "agpo.enabled=true", "optim.micro_batch_size=4"],
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_skipped_passes_give_the_full_path_results(tmp_path, tiny_model_dir, monkeypatch, case):
+    overrides, saved = CASES[case]
+    full_rows, full_grads, _, full_passes = run_steps(
+        tmp_path / "full", tiny_model_dir, overrides, skip=False, monkeypatch=monkeypatch
+    )
+    fast_rows, fast_grads, fast, fast_passes = run_steps(
+        tmp_path / "fast", tiny_model_dir, overrides, skip=True, monkeypatch=monkeypatch
+    )
+    assert full_passes - fast_passes == saved * len(full_rows)
+    assert len(full_grads) == len(fast_grads) == len(full_rows)
+    for full_step, fast_step in zip(full_grads, fast_grads):
+        assert any(g.abs().sum() > 0 for g in full_step)  # the comparison is not vacuous
+        for a, b in zip(full_step, fast_step):
+            torch.testing.assert_close(b, a, **TOLERANCE)
+    for full, row in zip(full_rows, fast_rows):
+        assert_same_metrics(full, row, drop_kl=fast.cfg.loss.kl_coef == 0)
+    if fast.cfg.loss.kl_coef == 0:
+        assert "kl" in full_rows[0] and "kl" not in fast_rows[0]
+
+
+def test_full_weights_keep_no_reference_copy_when_beta_is_zero(tmp_path, tiny_model_dir):
+    without = Trainer(make_config(tmp_path / "a", tiny_model_dir))
+    with_kl = Trainer(make_config(tmp_path / "b", tiny_model_dir, "loss.kl_coef=0.1"))
+    try:
+        assert without.policy._reference_model is None
+        with pytest.raises(ValueError, match="no reference copy"):
+            with without.policy.reference():
+                pass
+        assert with_kl.policy._reference_model is not None
+    finally:
+        without.close()
+        with_kl.close()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["optim.update_epochs=2"],
+        ["optim.mini_batch_size=8"],  # 16 rows: two optimizer steps
+        ["model.mode=lora", "model.lora_r=4", "model.lora_dropout=0.1"],  # train ≠ eval forward
+        ["optim.skip_redundant_passes=false"],
+    ],
+)
+def test_off_policy_updates_keep_the_old_logprob_pass(tmp_path, tiny_model_dir, overrides):
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
+    try:
+        assert not trainer.on_policy_update(16)
+    finally:
+        trainer.close()
+
+
+def test_one_epoch_one_mini_batch_is_on_policy(tmp_path, tiny_model_dir):
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.mini_batch_size=16"))
+    try:
+        assert trainer.on_policy_update(16) and not trainer.on_policy_update(17)
+    finally:
+        trainer.close()
