@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> str:
     path = model_dir(shape.model, Path(args.cache))
     with tempfile.TemporaryDirectory() as out_dir:
         trainer = Trainer(rlkit_config(path, shape, Path(out_dir), args.overrides))
-        generate = trainer_module.generate_rollouts
-        trainer_module.generate_rollouts = labelled("generate", generate)
+        generate = trainer_module.generate_in_batches
+        trainer_module.generate_in_batches = labelled("generate", generate)
         for name in ("update", "check_finite_policy", "step_kl"):
             setattr(trainer, name, labelled(name.removesuffix("_policy"), getattr(trainer, name)))
         try:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> str:
                 for _ in range(args.steps):
                     trainer.step()
         finally:
-            trainer_module.generate_rollouts = generate
+            trainer_module.generate_in_batches = generate
             trainer.close()
     table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=args.rows)
     print(f"shape {args.shape}, {args.steps} profiled step(s), {args.threads} thread(s)")
