@@ -18,6 +18,7 @@ STANDARD_CURVES = {
     "eval/greedy_accuracy": "held-out greedy accuracy",
     "entropy": "policy entropy (nats/token)",
     "grad_norm": "grad norm",
+    "kl": "KL to the reference (k3)",
     "frac_reward_zero_std": "frac. groups with zero reward std",
     "agpo/epsilon/mean": "AGPO clip ε (mean)",
     "agpo/temperature/mean": "AGPO temperature τ (mean)",

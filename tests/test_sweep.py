@@ -4,6 +4,7 @@ resume-after-kill (tiny fixture model, 2 steps, 2 seeds, runs in this process)."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from rlkit.metrics import read_metrics
 from rlkit.sweep import parse_spec, plan, run_sweep
 from rlkit.trainer import Trainer
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
     "steps=2",
     "rollout.num_prompts=2",
@@ -147,3 +149,9 @@ def test_pool_runs_jobs_in_worker_processes_and_names_failures():
     assert pool.run_pool(pow, {"a": (2, 2), "b": (3, 2)}, 2, progress=False) == {"a": 4, "b": 9}
     with pytest.raises(RuntimeError, match="1 of 2 runs failed: x; first error \\(x\\): invalid"):
         pool.run_pool(int, {"x": ("bad",), "y": ("7",)}, 1, progress=False)
+
+
+@pytest.mark.parametrize("spec", sorted(ROOT.glob("sweeps/*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_are_valid(spec):
+    runs = plan(parse_spec(spec))
+    assert runs and len({r.dir for r in runs}) == len(runs)
