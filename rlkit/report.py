@@ -28,7 +28,9 @@ import numpy as np
 
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.metrics import read_metrics
+from rlkit.rundir import saved_config
 from rlkit.sweep import MANIFEST
+from rlkit.tasks.loader import load_problems
 
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")
 TOKENS = ("tokens/generated", "tokens/probe")
@@ -52,30 +54,26 @@ def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
 
 
-def finished_runs(manifest: dict) -> tuple[dict, list[str]]:
+def finished_runs(manifest: dict) -> tuple[dict, dict, list[str]]:
     """{(arm, G): {seed: metric rows}} of the runs whose last evaluation is at their final step,
-    and the directories of the others."""
-    runs, missing = defaultdict(dict), []
+    {(arm, G): number of held-out problems} and the directories of the other runs."""
+    runs, sizes, missing = defaultdict(dict), {}, []
     for run in manifest["runs"]:
-        run_dir = Path(run["dir"])
+        run_dir, cell = Path(run["dir"]), (run["arm"], run["group_size"])
         try:
             rows = read_metrics(run_dir)
-            steps = _final_step(run_dir)
+            cfg = saved_config(run_dir)
         except ValueError:
             missing.append(str(run_dir))
             continue
         evals = [r for r in rows if r.get(METRICS[0]) is not None]
-        if not evals or evals[-1]["step"] != steps:
+        if not evals or evals[-1]["step"] != cfg.steps:
             missing.append(str(run_dir))
             continue
-        runs[run["arm"], run["group_size"]][run["seed"]] = rows
-    return dict(runs), missing
-
-
-def _final_step(run_dir: Path) -> int:
-    from rlkit.rundir import saved_config
-
-    return saved_config(run_dir).steps
+        runs[cell][run["seed"]] = rows
+        if cell not in sizes:
+            sizes[cell] = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
+    return dict(runs), sizes, missing
 
 
 def _ci(values: list[float]) -> dict:
@@ -113,8 +111,10 @@ def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
     return minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), num_seeds)
 
 
-def summarize(manifest: dict, runs: dict, metric: str) -> list[dict]:
-    """One row per (arm, G, metric): start, end, gain, paired difference to the baseline, MDD."""
+def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
+    """One row per (arm, G, metric): start, end, gain, paired difference to the baseline, MDD,
+    and the eval noise: the binomial SE √(p(1 − p)/N) of one run's end accuracy p on N held-out
+    problems (for Pass@1, averaged over k samples per problem, an upper bound)."""
     baseline, rows = manifest.get("baseline"), []
     for (arm, g), seeds in runs.items():
         base = runs.get((baseline, g), {}) if baseline and arm != baseline else {}
@@ -124,6 +124,7 @@ def summarize(manifest: dict, runs: dict, metric: str) -> list[dict]:
             common = sorted(set(end) & set(base))
             diff = [end[s] - eval_curve(base[s], name)[1][-1] for s in common]
             last = {s: rs[-1] for s, rs in seeds.items()}
+            p, n = float(np.mean(list(end.values()))), eval_sizes[arm, g]
             rows.append(
                 {
                     "arm": arm,
@@ -136,6 +137,8 @@ def summarize(manifest: dict, runs: dict, metric: str) -> list[dict]:
                     "vs_baseline": _ci(diff) if diff else None,
                     "vs_baseline_seeds": common,
                     "mdd": paired_mdd(diff),
+                    "eval_problems": n,
+                    "eval_se": math.sqrt(p * (1 - p) / n),
                     "tokens_generated": float(
                         np.mean([r.get(TOKENS[0]) or 0 for r in last.values()])
                     ),
@@ -189,17 +192,20 @@ def markdown(manifest: dict, rows: list[dict], commands: list[str], mdd: dict, m
         "",
         "Held-out accuracy (%), mean [95% CI] over seeds; gain = end − start per seed; "
         f"'vs {baseline or 'baseline'}' = paired difference of the end values (same seeds, same "
-        "G); MDD = minimum detectable difference of that comparison (95%, power 0.8).",
+        "G); MDD = minimum detectable difference of that comparison (95%, power 0.8); eval SE = "
+        "binomial SE of one run's end value on N held-out problems (eval noise; a paired "
+        "difference on the same problems cancels the part both arms share).",
         "",
-        "| arm | G | metric | seeds | start | end | gain | vs baseline | MDD | tokens (probe) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | G | metric | seeds | start | end | gain | vs baseline | MDD | eval SE (N) "
+        "| tokens (probe) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         vs = _fmt(r["vs_baseline"]) if r["vs_baseline"] else "—"
         lines.append(
             f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
             f"| {len(r['seeds'])} | {_fmt(r['start'])} | {_fmt(r['end'])} | {_fmt(r['gain'])} "
-            f"| {vs} | {_points(r['mdd'])} "
+            f"| {vs} | {_points(r['mdd'])} | {_points(r['eval_se'])} ({r['eval_problems']}) "
             f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
         )
     lines += ["", mdd_sentence(mdd), ""]
@@ -230,10 +236,10 @@ def write_report(
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
     manifest = load_sweep(sweep_dir)
-    runs, missing = finished_runs(manifest)
+    runs, eval_sizes, missing = finished_runs(manifest)
     if not runs:
         raise ValueError(f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']})")
-    rows = summarize(manifest, runs, metric)
+    rows = summarize(manifest, runs, eval_sizes)
     compared = [r for r in rows if r["metric"] == metric and r["vs_baseline"]]
     seeds = max((len(r["vs_baseline_seeds"]) for r in compared), default=0)
     mdd = {
@@ -269,12 +275,13 @@ def write_report(
         writer.writerow(
             ["arm", "group_size", "metric", "seeds"]
             + [f"{s}_{p}" for s in stats for p in ("mean", "low", "high")]
-            + ["mdd", "tokens_generated", "tokens_probe"]
+            + ["mdd", "eval_problems", "eval_se", "tokens_generated", "tokens_probe"]
         )
         for r in rows:
             cells = [r["arm"], r["group_size"], r["metric"], len(r["seeds"])]
             for s in stats:
                 cells += [r[s][p] if r[s] else "" for p in ("mean", "low", "high")]
             mdd_cell = "" if r["mdd"] is None else r["mdd"]
-            writer.writerow(cells + [mdd_cell, r["tokens_generated"], r["tokens_probe"]])
+            cells += [mdd_cell, r["eval_problems"], r["eval_se"]]
+            writer.writerow(cells + [r["tokens_generated"], r["tokens_probe"]])
     return text + f"\nwritten to {out}/"

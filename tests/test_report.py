@@ -14,6 +14,7 @@ from rlkit.cli import main
 from rlkit.config import load_config
 from rlkit.intervals import mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.report import eval_curve, pooled_mdd
+from rlkit.tasks.loader import load_problems
 
 SEEDS = [0, 1, 2, 3, 4]
 GAIN = {"A": [0.10, 0.12, 0.08, 0.11, 0.09], "B": [0.15, 0.16, 0.12, 0.18, 0.14]}
@@ -87,6 +88,9 @@ def test_report_tables_paired_differences_and_mdd(tmp_path, sweep_dir, capsys):
     assert b["mdd"] == pytest.approx(minimum_detectable_difference(diff, 5))
     assert summary["mdd"]["value"] == pytest.approx(b["mdd"])  # a single comparison
     assert rows["B", "eval/pass@1"]["vs_baseline"]["mean"] == pytest.approx(0.025)
+    n = min(len(load_problems(load_config("tiny-cpu").task)[1]), 1024)
+    assert b["eval_problems"] == n and n > 500
+    assert b["eval_se"] == pytest.approx(np.sqrt(0.67 * 0.33 / n))  # end mean 52 + 15 = 67%
     assert b["tokens_generated"] == pytest.approx(4 * np.mean([100 + 10 * s for s in SEEDS]))
 
     md = (results / "synthetic" / "summary.md").read_text()
