@@ -31,7 +31,8 @@ products are too small for a second intra-op thread to pay, so two runs side by 
 run on two threads.
 
 ``OUT/sweep.json`` records the spec, the commands and every run (arm, G, seed, directory) for
-``rlkit report OUT``.
+``rlkit report OUT``. Relative paths (``out``, the run directories) are relative to the directory
+the sweep runs in; run ``rlkit report`` from there too.
 """
 
 from __future__ import annotations
