@@ -56,14 +56,14 @@ def plot_runs(
     nrows = -(-len(names) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
     for ax, name in zip(axes.flat, names):
-        for label, rows in data.items():
+        for i, (label, rows) in enumerate(data.items()):  # one colour per run in every panel
             steps, values = curves(rows, name)
             if not steps:
                 continue
             if name.startswith("eval/"):
-                ax.plot(steps, values, marker="o", label=label)
+                ax.plot(steps, values, marker="o", label=label, color=f"C{i}")
             else:
-                ax.plot(steps, trailing_mean(values, smooth), label=label)
+                ax.plot(steps, trailing_mean(values, smooth), label=label, color=f"C{i}")
         ax.set_title(STANDARD_CURVES[name], fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
