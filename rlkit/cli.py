@@ -8,6 +8,8 @@ rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
 rlkit plan --config qwen3-8b-qlora --gpu-mem 24   # peak GPU memory per phase, without loading
 rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
+rlkit sweep sweeps/SPEC.yaml                  # a resumable grid of runs (rlkit/sweep.py)
+rlkit report runs/sweeps/NAME                 # tables, figures, results/NAME/summary.*
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
 
@@ -107,6 +109,25 @@ def _demo(args) -> None:
     print(f"figure and table in {args.out}")
 
 
+def _sweep(args) -> None:
+    from rlkit.sweep import run_sweep
+
+    try:
+        found = run_sweep(args.spec, dry_run=args.dry_run, workers=args.workers)
+    except RuntimeError as err:  # some runs failed; the others finished and are kept
+        raise SystemExit(f"rlkit sweep: error: {err}\n(rerun the same command to resume)") from None
+    print(", ".join(f"{len(keys)} {status}" for status, keys in found.items()))
+    if args.dry_run:
+        for status, keys in found.items():
+            print("\n".join(f"{status:6} {key}" for key in keys))
+
+
+def _report(args) -> None:
+    from rlkit.report import write_report
+
+    print(write_report(args.sweep_dir, args.results, args.metric))
+
+
 def _build_tiny(args) -> None:
     from rlkit.models.tiny import build_tiny_policy, weights_digest
 
@@ -174,6 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--overwrite", action="store_true", help="replace a previous demo's runs")
     demo.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     demo.set_defaults(func=_demo)
+
+    sweep = sub.add_parser("sweep", help="run (or finish) a grid of runs from a spec file")
+    sweep.add_argument("spec", help="sweep spec YAML (see rlkit/sweep.py)")
+    sweep.add_argument("--dry-run", action="store_true", help="check the spec, list run status")
+    sweep.add_argument("--workers", type=int, help="runs in parallel (default: the spec's)")
+    sweep.set_defaults(func=_sweep)
+
+    report = sub.add_parser("report", help="tables and figures of a sweep (rlkit/report.py)")
+    report.add_argument("sweep_dir", help="the sweep's out directory (holds sweep.json)")
+    report.add_argument("--results", default="results", help="where results/<sweep>/ goes")
+    report.add_argument(
+        "--metric", default="eval/greedy_accuracy", help="metric of the MDD and the figure"
+    )
+    report.set_defaults(func=_report)
 
     build = sub.add_parser(
         "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"

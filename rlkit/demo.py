@@ -4,24 +4,24 @@ Every method starts from the same shipped warm start and trains with the same se
 per-seed differences are paired. Reported: held-out greedy accuracy and Pass@1 before and after,
 each as a mean with a 95% t-interval over seeds, and the paired difference to GRPO.
 
-Runs go to a pool of worker processes, each on one torch thread by default: one thread fixes the
-order of every float reduction, so the table is the same whatever thread count the machine would
-pick, and two single-thread runs side by side use two cores better than one run on two threads.
-``threads`` (``rlkit demo --threads 2 --workers 1``) reruns the table at another thread count.
+Runs go to a pool of worker processes, each on one torch thread by default (:mod:`rlkit.pool`
+says why); ``threads`` (``rlkit demo --threads 2 --workers 1``) reruns the table at another
+thread count.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from rlkit.config import load_config
-from rlkit.intervals import format_interval, mean_ci
+from rlkit.intervals import (
+    format_interval,
+    mean_ci,
+    minimum_detectable_difference,
+    paired_difference,
+)
 from rlkit.plotting import plot_runs
+from rlkit.pool import default_workers, run_pool, train_run
 
 METHODS = {
     "GRPO": ["algo.estimator=grpo"],
@@ -43,19 +43,6 @@ def run_overrides(method: str, seed: int, out_dir: Path, overrides=()) -> list[s
     ]
 
 
-def train_one(overrides: list[str], overwrite: bool, threads: int) -> tuple[dict, dict]:
-    """One ``tiny-cpu`` run on ``threads`` torch threads; (first, last) evaluation rows."""
-    import torch
-    import transformers
-
-    from rlkit.trainer import Trainer
-
-    torch.set_num_threads(threads)
-    transformers.logging.disable_progress_bar()  # one bar over all runs, in the parent
-    evals = Trainer(load_config("tiny-cpu", overrides), overwrite=overwrite).train()
-    return evals[0], evals[-1]
-
-
 def run_demo(
     out_dir: str | Path = "runs/demo",
     seeds: tuple[int, ...] = DEFAULT_SEEDS,
@@ -73,18 +60,17 @@ def run_demo(
         load_config("tiny-cpu", job)  # every bad override fails here, before any run starts
     if threads < 1 or (workers is not None and workers < 1):
         raise ValueError(f"threads and workers must be >= 1, got {threads} and {workers}")
-    workers = workers or max(1, min(len(jobs), (os.cpu_count() or 1) // threads))
-    finished: dict[tuple[str, int], tuple[dict, dict]] = {}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = {
-            pool.submit(train_one, job, overwrite, threads): key for key, job in jobs.items()
-        }
-        bar = tqdm(total=len(futures), desc="demo runs", disable=not progress)
-        for future in as_completed(futures):
-            finished[futures[future]] = future.result()
-            bar.update(1)
-        bar.close()
+    used = [
+        d for d in (out_dir / m / f"seed{s}" for m, s in jobs) if d.is_dir() and any(d.iterdir())
+    ]
+    if used and not overwrite:
+        raise ValueError(
+            f"{used[0]} already holds a run; pass --overwrite to replace the demo's runs"
+        )
+    workers = workers or default_workers(len(jobs), threads)
+    pool_jobs = {key: ("tiny-cpu", job, threads, False, overwrite) for key, job in jobs.items()}
+    evals = run_pool(train_run, pool_jobs, workers, progress, desc="demo runs")
+    finished = {key: (rows[0], rows[-1]) for key, rows in evals.items()}
     results = {m: [finished[m, s] for s in seeds] for m in METHODS}
     table = summary_table(results, seeds)
     (out_dir / "summary.md").write_text(table + "\n")
@@ -123,4 +109,26 @@ def summary_table(results: dict[str, list[tuple[dict, dict]]], seeds) -> str:
         for m in METRICS:
             row += [cell(start[m]), cell(end[m]), delta[m], vs[m]]
         lines.append("| " + " | ".join(row) + " |")
+    if base is not None and len(seeds) > 1:
+        lines += ["", detectable_differences(results, base, len(seeds))]
     return "\n".join(lines)
+
+
+def detectable_differences(results, base, num_seeds: int) -> str:
+    """The smallest true paired difference to GRPO these seeds would detect (95%, power 0.8),
+    from the seed-to-seed spread of each method's differences."""
+    parts = []
+    for method, runs in results.items():
+        if method == "GRPO":
+            continue
+        mdd = [
+            minimum_detectable_difference(
+                paired_difference([e[m] for _, e in runs], [e[m] for _, e in base]), num_seeds
+            )
+            for m in METRICS
+        ]
+        parts.append(f"{method} {mdd[0] * 100:.1f} greedy / {mdd[1] * 100:.1f} pass@1")
+    return (
+        f"Minimum detectable paired difference to GRPO (95%, power 0.8, {num_seeds} seeds), "
+        f"in points: {'; '.join(parts)}."
+    )

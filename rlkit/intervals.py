@@ -1,4 +1,5 @@
-"""Means with 95% Student-t intervals over seeds or Monte-Carlo replicates, plain and paired."""
+"""Means with 95% Student-t intervals over seeds or Monte-Carlo replicates, plain and paired, and
+the minimum difference a paired comparison can detect."""
 
 from __future__ import annotations
 
@@ -47,3 +48,18 @@ def format_interval(interval: Interval, scale: float = 1.0, digits: int = 1) -> 
         f"{interval.mean * scale:.{digits}f} "
         f"[{interval.low * scale:.{digits}f}, {interval.high * scale:.{digits}f}]"
     )
+
+
+def minimum_detectable_difference(
+    interval: Interval, num_samples: int, level: float = 0.95, power: float = 0.8
+) -> float:
+    """Smallest true mean difference a two-sided t-test at ``level`` would detect with ``power``,
+    given the standard error of ``interval`` over ``num_samples`` paired seeds:
+    (t_{(1+level)/2} + t_{power})·SE, both quantiles at n − 1 degrees of freedom (the usual
+    approximation to the noncentral-t power; at large n it tends to (1.960 + 0.842)·SE = 2.80·SE).
+    """
+    if num_samples < 2:
+        raise ValueError(f"need at least 2 paired samples, got {num_samples}")
+    df = num_samples - 1
+    t = _scipy_stats.t.ppf((1 + level) / 2, df) + _scipy_stats.t.ppf(power, df)
+    return float(t * np.asarray(interval.se))

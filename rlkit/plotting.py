@@ -18,6 +18,7 @@ STANDARD_CURVES = {
     "eval/greedy_accuracy": "held-out greedy accuracy",
     "entropy": "policy entropy (nats/token)",
     "grad_norm": "grad norm",
+    "kl": "KL to the reference (k3)",
     "frac_reward_zero_std": "frac. groups with zero reward std",
     "agpo/epsilon/mean": "AGPO clip ε (mean)",
     "agpo/temperature/mean": "AGPO temperature τ (mean)",
@@ -55,14 +56,14 @@ def plot_runs(
     nrows = -(-len(names) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
     for ax, name in zip(axes.flat, names):
-        for label, rows in data.items():
+        for i, (label, rows) in enumerate(data.items()):  # one colour per run in every panel
             steps, values = curves(rows, name)
             if not steps:
                 continue
             if name.startswith("eval/"):
-                ax.plot(steps, values, marker="o", label=label)
+                ax.plot(steps, values, marker="o", label=label, color=f"C{i}")
             else:
-                ax.plot(steps, trailing_mean(values, smooth), label=label)
+                ax.plot(steps, trailing_mean(values, smooth), label=label, color=f"C{i}")
         ax.set_title(STANDARD_CURVES[name], fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)

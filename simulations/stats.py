@@ -1,12 +1,12 @@
-"""Monte-Carlo agreement tests; means with 95% intervals and paired differences come from
-:mod:`rlkit.intervals` and are re-exported here."""
+"""Monte-Carlo agreement tests; means with 95% intervals, paired differences and minimum
+detectable differences come from :mod:`rlkit.intervals` and are re-exported here."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats as _scipy_stats
 
-from rlkit.intervals import Interval, mean_ci, paired_difference
+from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
 
 __all__ = [
     "Interval",
@@ -39,14 +39,3 @@ def binomial_z(observed_fraction, probability, num_trials: int):
 def bonferroni_z(num_comparisons: int, family_level: float = 0.01) -> float:
     """Two-sided z threshold keeping the chance of any false alarm among m comparisons ≤ level."""
     return float(_scipy_stats.norm.ppf(1 - family_level / (2 * num_comparisons)))
-
-
-def minimum_detectable_difference(
-    interval: Interval, num_samples: int, level: float = 0.95, power: float = 0.8
-) -> float:
-    """Smallest true mean difference a two-sided t-test at ``level`` would detect with ``power``,
-    given the standard error of ``interval`` over ``num_samples`` paired seeds:
-    (t_{(1+level)/2} + t_{power})·SE, both quantiles at n − 1 degrees of freedom."""
-    df = num_samples - 1
-    t = _scipy_stats.t.ppf((1 + level) / 2, df) + _scipy_stats.t.ppf(power, df)
-    return float(t * np.asarray(interval.se))

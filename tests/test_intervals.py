@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rlkit.intervals import format_interval, mean_ci, paired_difference
+from rlkit.intervals import (
+    Interval,
+    format_interval,
+    mean_ci,
+    minimum_detectable_difference,
+    paired_difference,
+)
 
 
 def test_mean_ci_matches_scipy_t_interval():
@@ -35,3 +41,23 @@ def test_too_few_samples_and_formatting():
     with pytest.raises(ValueError, match="at least 2 samples"):
         mean_ci([0.25])
     assert format_interval(mean_ci([0.4, 0.6]), scale=100).startswith("50.0 [")
+
+
+@pytest.mark.parametrize("n", [5, 10, 30])
+def test_minimum_detectable_difference_has_power_08_under_the_exact_noncentral_t(n):
+    se = 0.02
+    mdd = minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), n)
+    crit, df = stats.t.ppf(0.975, n - 1), n - 1
+    power = stats.nct.sf(crit, df, mdd / se) + stats.nct.cdf(-crit, df, mdd / se)
+    assert power == pytest.approx(0.8, abs=0.01)
+
+
+def test_minimum_detectable_difference_tends_to_2_8_standard_errors():
+    # the textbook large-sample value z_0.975 + z_0.8 = 1.960 + 0.842
+    mdd = minimum_detectable_difference(Interval(0.0, 1.0, 0.0, 0.0), 100_000)
+    assert mdd == pytest.approx(2.8016, abs=1e-3)
+    assert minimum_detectable_difference(Interval(0.0, 1.0, 0.0, 0.0), 5) == pytest.approx(
+        2.7764 + 0.9410, abs=1e-3
+    )
+    with pytest.raises(ValueError, match="at least 2"):
+        minimum_detectable_difference(Interval(0.0, 1.0, 0.0, 0.0), 1)

@@ -1,0 +1,95 @@
+"""Training runs in a pool of worker processes, each on a fixed number of torch threads.
+
+Used by ``rlkit demo`` and ``rlkit sweep``. One torch thread per run by default: one thread fixes
+the order of every float reduction, so a run's numbers do not depend on the thread count the
+machine would pick, and the tiny model's matrices are too small for intra-op threads to pay, so
+on a small machine several single-thread runs side by side finish a batch of runs sooner than one
+run at a time on every core. ``threads`` and ``workers`` change the split.
+
+Workers are started with ``spawn`` (a fresh interpreter each), so a run never inherits the
+parent's torch state or threads. ``workers=0`` runs the jobs one by one in this process
+(debugging, tests).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from tqdm.auto import tqdm
+
+
+def train_run(
+    base: str, overrides: list[str], threads: int, resume: bool = False, overwrite: bool = False
+) -> list[dict]:
+    """One run of preset/YAML ``base`` plus ``overrides`` on ``threads`` torch threads (fresh,
+    or resumed from its latest checkpoint); its evaluation rows."""
+    import torch
+    import transformers
+
+    from rlkit.config import load_config
+    from rlkit.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    transformers.logging.disable_progress_bar()  # the pool's bar over runs is the one to read
+    return Trainer(load_config(base, overrides), resume=resume, overwrite=overwrite).train()
+
+
+def default_workers(num_jobs: int, threads: int) -> int:
+    """As many runs in parallel as there are cores for them at ``threads`` each."""
+    return max(1, min(num_jobs, (os.cpu_count() or 1) // threads))
+
+
+def run_pool(
+    fn: Callable,
+    jobs: Mapping[Hashable, tuple],
+    workers: int,
+    progress: bool = True,
+    desc: str = "runs",
+    initial: int = 0,
+    total: int | None = None,
+) -> dict:
+    """``fn(*args)`` for every ``key: args`` of ``jobs`` on ``workers`` processes; {key: result}.
+
+    A failing job does not stop the others: once every job has ended, a RuntimeError names the
+    failed keys (the first error chained). The progress bar counts ``initial`` jobs done before
+    this call out of ``total`` (default: ``initial + len(jobs)``).
+    """
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    results, errors = {}, {}
+    bar = tqdm(
+        total=initial + len(jobs) if total is None else total,
+        initial=initial,
+        desc=desc,
+        disable=not progress,
+    )
+
+    def finish(key, call):
+        try:
+            results[key] = call()
+        except Exception as err:  # noqa: BLE001 - reported below, with the job's key
+            errors[key] = err
+        bar.update(1)
+
+    try:
+        if workers == 0:
+            for key, args in jobs.items():
+                finish(key, lambda args=args: fn(*args))
+        elif jobs:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+                futures = {pool.submit(fn, *args): key for key, args in jobs.items()}
+                for future in as_completed(futures):
+                    finish(futures[future], future.result)
+    finally:
+        bar.close()
+    if errors:
+        first = next(iter(errors))
+        raise RuntimeError(
+            f"{len(errors)} of {len(jobs)} {desc} failed: {', '.join(map(str, errors))}; "
+            f"first error ({first}): {errors[first]}"
+        ) from errors[first]
+    return results

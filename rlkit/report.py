@@ -1,0 +1,287 @@
+"""``rlkit report SWEEP_DIR``: what a sweep (:mod:`rlkit.sweep`) measured, with its uncertainty.
+
+For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit.intervals`):
+
+- held-out greedy accuracy and Pass@1 at the start and the end of training, and the gain (end −
+  start, per seed);
+- the paired difference of the end values to the baseline arm at the same G (same seeds: same
+  warm start, same random streams), and the minimum detectable difference (95%, power 0.8) that
+  the paired seed-to-seed spread allows with this many seeds;
+- the generated tokens (training + AGPO probe), the cost axis of the figure: held-out accuracy
+  against generated tokens, mean over seeds with a 95% band.
+
+Written to ``results/<sweep>/summary.{csv,json,md}`` and ``accuracy_vs_tokens.png``, with the
+commands that produced them. Runs that have not finished are listed and left out; a comparison
+uses the seeds both arms finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shlex
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
+from rlkit.metrics import read_metrics
+from rlkit.rundir import saved_config
+from rlkit.sweep import MANIFEST
+from rlkit.tasks.loader import load_problems
+
+METRICS = ("eval/greedy_accuracy", "eval/pass@1")
+TOKENS = ("tokens/generated", "tokens/probe")
+FIGURE = "accuracy_vs_tokens.png"
+
+
+def load_sweep(sweep_dir: str | Path) -> dict:
+    """The sweep's manifest (``sweep.json``, written by ``rlkit sweep``)."""
+    path = Path(sweep_dir) / MANIFEST
+    if not path.is_file():
+        raise ValueError(f"{sweep_dir} has no {MANIFEST}: not a sweep directory (run rlkit sweep)")
+    return json.loads(path.read_text())
+
+
+def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(generated tokens incl. probe tokens, ``metric``) at every evaluation row; the step-0 row
+    precedes any generation (0 tokens)."""
+    points = [
+        (sum(r.get(t) or 0 for t in TOKENS), r[metric]) for r in rows if r.get(metric) is not None
+    ]
+    return np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
+
+
+def finished_runs(manifest: dict) -> tuple[dict, dict, list[str]]:
+    """{(arm, G): {seed: metric rows}} of the runs whose last evaluation is at their final step,
+    {(arm, G): number of held-out problems} and the directories of the other runs."""
+    runs, sizes, missing = defaultdict(dict), {}, []
+    for run in manifest["runs"]:
+        run_dir, cell = Path(run["dir"]), (run["arm"], run["group_size"])
+        try:
+            rows = read_metrics(run_dir)
+            cfg = saved_config(run_dir)
+        except ValueError:
+            missing.append(str(run_dir))
+            continue
+        evals = [r for r in rows if r.get(METRICS[0]) is not None]
+        if not evals or evals[-1]["step"] != cfg.steps:
+            missing.append(str(run_dir))
+            continue
+        runs[cell][run["seed"]] = rows
+        if cell not in sizes:
+            sizes[cell] = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
+    return dict(runs), sizes, missing
+
+
+def _ci(values: list[float]) -> dict:
+    """mean, low, high (low = high = mean for a single seed or identical values)."""
+    if len(set(values)) < 2:
+        mean = float(np.mean(values))
+        return {"mean": mean, "low": mean, "high": mean}
+    ci = mean_ci(values)
+    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
+
+
+def _fmt(ci: dict, scale: float = 100.0) -> str:
+    if ci["low"] == ci["high"]:
+        return f"{ci['mean'] * scale:.1f}"
+    return f"{ci['mean'] * scale:.1f} [{ci['low'] * scale:.1f}, {ci['high'] * scale:.1f}]"
+
+
+def paired_mdd(differences: list[float]) -> float | None:
+    """Minimum detectable difference (95%, power 0.8) of a paired comparison with the spread of
+    these per-seed differences and as many seeds (None under 2 seeds)."""
+    if len(differences) < 2:
+        return None
+    return minimum_detectable_difference(paired_difference(differences, 0.0), len(differences))
+
+
+def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
+    """MDD for ``num_seeds`` paired seeds from the pooled seed-to-seed SD of several comparisons'
+    per-seed differences (each centred on its own mean)."""
+    usable = [g for g in groups if len(g) >= 2]
+    if not usable or num_seeds < 2:
+        return None
+    dof = sum(len(g) - 1 for g in usable)
+    sd = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in usable) / dof)
+    se = sd / math.sqrt(num_seeds)
+    return minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), num_seeds)
+
+
+def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
+    """One row per (arm, G, metric): start, end, gain, paired difference to the baseline, MDD,
+    and the eval noise: the binomial SE √(p(1 − p)/N) of one run's end accuracy p on N held-out
+    problems (for Pass@1, averaged over k samples per problem, an upper bound)."""
+    baseline, rows = manifest.get("baseline"), []
+    for (arm, g), seeds in runs.items():
+        base = runs.get((baseline, g), {}) if baseline and arm != baseline else {}
+        for name in METRICS:
+            start = {s: eval_curve(rs, name)[1][0] for s, rs in seeds.items()}
+            end = {s: eval_curve(rs, name)[1][-1] for s, rs in seeds.items()}
+            common = sorted(set(end) & set(base))
+            diff = [end[s] - eval_curve(base[s], name)[1][-1] for s in common]
+            last = {s: rs[-1] for s, rs in seeds.items()}
+            p, n = float(np.mean(list(end.values()))), eval_sizes[arm, g]
+            rows.append(
+                {
+                    "arm": arm,
+                    "group_size": g,
+                    "metric": name,
+                    "seeds": sorted(seeds),
+                    "start": _ci(list(start.values())),
+                    "end": _ci(list(end.values())),
+                    "gain": _ci([end[s] - start[s] for s in seeds]),
+                    "vs_baseline": _ci(diff) if diff else None,
+                    "vs_baseline_seeds": common,
+                    "mdd": paired_mdd(diff),
+                    "eval_problems": n,
+                    "eval_se": math.sqrt(p * (1 - p) / n),
+                    "tokens_generated": float(
+                        np.mean([r.get(TOKENS[0]) or 0 for r in last.values()])
+                    ),
+                    "tokens_probe": float(np.mean([r.get(TOKENS[1]) or 0 for r in last.values()])),
+                    "_diff": diff,
+                }
+            )
+    return rows
+
+
+def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50) -> Path:
+    """One panel per G: ``metric`` against generated tokens per arm, mean over seeds with a 95%
+    band (each seed's curve interpolated onto the token range every seed reached)."""
+    from rlkit.plotting import plt
+
+    sizes = sorted({g for _, g in runs})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
+    for ax, g in zip(axes.flat, sizes):
+        for (arm, size), seeds in runs.items():
+            if size != g:
+                continue
+            curves = [eval_curve(rows, metric) for rows in seeds.values()]
+            grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
+            ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
+            ax.plot(grid, ys.mean(0), label=arm)
+            if len(ys) > 1:
+                band = mean_ci(ys)
+                ax.fill_between(grid, band.low, band.high, alpha=0.2)
+        ax.set_title(f"G = {g}", fontsize=9)
+        ax.set_xlabel("generated tokens (incl. probe)", fontsize=8)
+        ax.set_ylabel(f"{metric} (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def markdown(manifest: dict, rows: list[dict], commands: list[str], mdd: dict, missing) -> str:
+    baseline = manifest.get("baseline")
+    lines = [
+        f"# Sweep `{manifest['name']}`",
+        "",
+        "Produced by:",
+        "",
+        "```",
+        *commands,
+        "```",
+        "",
+        "Held-out accuracy (%), mean [95% CI] over seeds; gain = end − start per seed; "
+        f"'vs {baseline or 'baseline'}' = paired difference of the end values (same seeds, same "
+        "G); MDD = minimum detectable difference of that comparison (95%, power 0.8); eval SE = "
+        "binomial SE of one run's end value on N held-out problems (eval noise; a paired "
+        "difference on the same problems cancels the part both arms share).",
+        "",
+        "| arm | G | metric | seeds | start | end | gain | vs baseline | MDD | eval SE (N) "
+        "| tokens (probe) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        vs = _fmt(r["vs_baseline"]) if r["vs_baseline"] else "—"
+        lines.append(
+            f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
+            f"| {len(r['seeds'])} | {_fmt(r['start'])} | {_fmt(r['end'])} | {_fmt(r['gain'])} "
+            f"| {vs} | {_points(r['mdd'])} | {_points(r['eval_se'])} ({r['eval_problems']}) "
+            f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
+        )
+    lines += ["", mdd_sentence(mdd), ""]
+    if missing:
+        lines += [f"Not finished, left out: {', '.join(missing)}", ""]
+    lines += [f"![accuracy vs generated tokens]({FIGURE})", ""]
+    return "\n".join(lines)
+
+
+def _points(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}"
+
+
+def mdd_sentence(mdd: dict) -> str:
+    if mdd["value"] is None:
+        return "Minimum detectable difference: not available (needs a baseline and ≥ 2 seeds)."
+    return (
+        f"Minimum detectable difference (95%, power 0.8) of {mdd['metric']} with "
+        f"{mdd['seeds']} paired seeds, from the pooled seed-to-seed SD of the paired differences "
+        f"to the baseline: {mdd['value'] * 100:.1f} points."
+    )
+
+
+def write_report(
+    sweep_dir: str | Path, results: str | Path = "results", metric: str = METRICS[0]
+) -> str:
+    """Write ``results/<sweep>/summary.{csv,json,md}`` and the figure; return the markdown."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+    manifest = load_sweep(sweep_dir)
+    runs, eval_sizes, missing = finished_runs(manifest)
+    if not runs:
+        raise ValueError(f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']})")
+    rows = summarize(manifest, runs, eval_sizes)
+    compared = [r for r in rows if r["metric"] == metric and r["vs_baseline"]]
+    seeds = max((len(r["vs_baseline_seeds"]) for r in compared), default=0)
+    mdd = {
+        "metric": metric,
+        "seeds": seeds,
+        "value": pooled_mdd([r["_diff"] for r in compared], seeds),
+    }
+    out = Path(results) / manifest["name"]
+    report = ["rlkit", "report", str(sweep_dir)]
+    if str(results) != "results":
+        report += ["--results", str(results)]
+    if metric != METRICS[0]:
+        report += ["--metric", metric]
+    commands = [manifest["command"], shlex.join(report)]
+    plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
+    for r in rows:
+        del r["_diff"]
+    text = markdown(manifest, rows, commands, mdd, missing)
+    (out / "summary.md").write_text(text)
+    summary = {
+        "name": manifest["name"],
+        "commands": commands,
+        "baseline": manifest.get("baseline"),
+        "spec": manifest["spec"],
+        "mdd": mdd,
+        "missing": missing,
+        "rows": rows,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    with (out / "summary.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        stats = ("start", "end", "gain", "vs_baseline")
+        writer.writerow(
+            ["arm", "group_size", "metric", "seeds"]
+            + [f"{s}_{p}" for s in stats for p in ("mean", "low", "high")]
+            + ["mdd", "eval_problems", "eval_se", "tokens_generated", "tokens_probe"]
+        )
+        for r in rows:
+            cells = [r["arm"], r["group_size"], r["metric"], len(r["seeds"])]
+            for s in stats:
+                cells += [r[s][p] if r[s] else "" for p in ("mean", "low", "high")]
+            mdd_cell = "" if r["mdd"] is None else r["mdd"]
+            cells += [mdd_cell, r["eval_problems"], r["eval_se"]]
+            writer.writerow(cells + [r["tokens_generated"], r["tokens_probe"]])
+    return text + f"\nwritten to {out}/"

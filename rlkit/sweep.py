@@ -1,0 +1,271 @@
+"""``rlkit sweep SPEC.yaml``: a grid of ordinary runs (arms × group sizes × seeds), resumable.
+
+A spec names a base preset (or YAML config), overrides shared by every run, and arms: named lists
+of overrides. Every combination of arm, group size G and seed is one normal run directory,
+``OUT/ARM/G<g>/seed<s>`` (``rlkit eval`` / ``rlkit plot`` work on it)::
+
+    name: ebpo-vs-grpo          # optional, default: the spec file's name
+    base: tiny-cpu              # preset or YAML config
+    out: runs/sweeps/ebpo-vs-grpo   # optional, default runs/sweeps/<name>
+    overrides: [steps=100, "task.arithmetic={topics: [add, sub, mul, mix]}"]
+    arms:
+      GRPO: [algo.estimator=grpo]
+      EBPO: [algo.estimator=ebpo]
+    group_sizes: [4, 8]         # optional, default: the base config's G
+    seeds: [0, 1, 2, 3, 4]
+    baseline: GRPO              # optional: the arm `rlkit report` compares the others against
+    threads: 1                  # torch threads per run (default 1)
+    workers: 2                  # runs in parallel (default: cores / threads; 0: in this process)
+
+The whole spec is checked before any run starts: an unknown key, a bad override (named with its
+arm), a key the sweep sets itself (``seed``, ``output_dir``, and ``rollout.group_size`` when
+``group_sizes`` is given), or a run directory whose saved config no longer matches the spec.
+
+Resuming: a run whose latest checkpoint is at its final step is skipped; one with an earlier
+checkpoint (a killed run) resumes from it with the trainer's resume; one without a checkpoint
+starts afresh. So rerunning the same command after an interruption finishes the grid.
+
+Runs go to :mod:`rlkit.pool`: by default single-thread runs in parallel, one per core. That split
+is the faster one on the 2-core machines rlkit's tiny model targets: the tiny model's matrix
+products are too small for a second intra-op thread to pay, so two runs side by side beat one
+run on two threads.
+
+``OUT/sweep.json`` records the spec, the commands and every run (arm, G, seed, directory) for
+``rlkit report OUT``. Relative paths (``out``, the run directories) are relative to the directory
+the sweep runs in; run ``rlkit report`` from there too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlkit.checkpoint import STEP_DIR, latest_checkpoint
+from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
+from rlkit.pool import default_workers, run_pool, train_run
+from rlkit.rundir import check_resume_config, saved_config
+
+MANIFEST = "sweep.json"
+SPEC_KEYS = {
+    "name": "optional sweep name (default: the spec file's name)",
+    "base": "preset or YAML config every run starts from",
+    "out": "directory of the sweep's runs (default runs/sweeps/<name>)",
+    "overrides": "key=value overrides shared by every run",
+    "arms": "mapping arm name -> list of key=value overrides",
+    "group_sizes": "optional list of group sizes G",
+    "seeds": "list of integer seeds",
+    "baseline": "optional arm the report compares the others against",
+    "threads": "torch threads per run",
+    "workers": "runs in parallel",
+}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the grid: its arm, group size, seed and config (``output_dir`` included)."""
+
+    arm: str
+    group_size: int
+    seed: int
+    overrides: tuple[str, ...]
+    cfg: TrainConfig = field(compare=False, repr=False)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.cfg.output_dir)
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/G{self.group_size}/seed{self.seed}"
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    base: str
+    out: Path
+    overrides: list[str]
+    arms: dict[str, list[str]]
+    group_sizes: list[int] | None
+    seeds: list[int]
+    baseline: str | None
+    threads: int
+    workers: int | None
+
+
+def _string_list(key: str, value) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"sweep spec: {key} must be a list of key=value strings, got {value!r}")
+    return value
+
+
+def _int_list(key: str, value, minimum: int) -> list[int]:
+    ok = isinstance(value, list) and value
+    if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"sweep spec: {key} must be a non-empty list of integers, got {value!r}")
+    if len(set(value)) != len(value) or min(value) < minimum:
+        raise ValueError(f"sweep spec: {key} must be distinct integers >= {minimum}, got {value!r}")
+    return value
+
+
+def _count(key: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"sweep spec: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_spec(path: str | Path) -> SweepSpec:
+    """Read and check a spec file's own keys (the runs' overrides are checked by :func:`plan`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"sweep spec not found: {path}")
+    data = read_yaml(str(path))
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"sweep spec: unknown key {unknown[0]!r}; known keys: {sorted(SPEC_KEYS)}")
+    for key in ("base", "arms", "seeds"):
+        if key not in data:
+            raise ValueError(f"sweep spec: {key} is required ({SPEC_KEYS[key]})")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(f"sweep spec: name must be letters, digits, _ . + -, got {name!r}")
+    arms = data["arms"]
+    if not isinstance(arms, dict) or not arms:
+        raise ValueError(f"sweep spec: arms must be a non-empty mapping, got {arms!r}")
+    for arm, overrides in arms.items():
+        if not isinstance(arm, str) or not NAME.fullmatch(arm):
+            raise ValueError(f"sweep spec: arm name {arm!r} must be letters, digits, _ . + -")
+        _string_list(f"arms.{arm}", overrides if overrides is not None else [])
+    baseline = data.get("baseline")
+    if baseline is not None and baseline not in arms:
+        raise ValueError(f"sweep spec: baseline {baseline!r} is not an arm; arms: {list(arms)}")
+    if not isinstance(data["base"], str):
+        raise ValueError(f"sweep spec: base must be a preset name or path, got {data['base']!r}")
+    sizes = data.get("group_sizes")
+    workers = data.get("workers")
+    return SweepSpec(
+        name=name,
+        base=data["base"],
+        out=Path(data.get("out", f"runs/sweeps/{name}")),
+        overrides=_string_list("overrides", data.get("overrides", [])),
+        arms={arm: list(o or []) for arm, o in arms.items()},
+        group_sizes=None if sizes is None else _int_list("group_sizes", sizes, 1),
+        seeds=_int_list("seeds", data["seeds"], 0),
+        baseline=baseline,
+        threads=_count("threads", data.get("threads", 1), 1),
+        workers=None if workers is None else _count("workers", workers, 0),
+    )
+
+
+def _owned_keys(spec: SweepSpec) -> set[str]:
+    return {"seed", "output_dir"} | ({"rollout.group_size"} if spec.group_sizes else set())
+
+
+def plan(spec: SweepSpec) -> list[Run]:
+    """Every run of the grid with its validated config; a bad override is a ValueError naming
+    its arm (or ``overrides`` when shared)."""
+    owned = _owned_keys(spec)
+    for where, overrides in [("overrides", spec.overrides), *spec.arms.items()]:
+        for text in overrides:
+            key = ".".join(parse_override(text)[0])
+            if key in owned:
+                raise ValueError(
+                    f"sweep spec: {where}: {key} is set by the sweep itself "
+                    f"(seeds, group_sizes and out decide it)"
+                )
+    runs = []
+    for arm, arm_overrides in spec.arms.items():
+        for g in spec.group_sizes or [None]:
+            for seed in spec.seeds:
+                common = ["progress=false", "tensorboard=false", *spec.overrides, *arm_overrides]
+                common += [f"seed={seed}"] + ([f"rollout.group_size={g}"] if g else [])
+                try:
+                    cfg = load_config(spec.base, common)
+                except ValueError as err:
+                    raise ValueError(f"sweep spec: arm {arm}: {err}") from None
+                g_run = cfg.rollout.group_size
+                where = f"output_dir={spec.out / arm / f'G{g_run}' / f'seed{seed}'}"
+                overrides = (*common, where)
+                runs.append(Run(arm, g_run, seed, overrides, load_config(spec.base, overrides)))
+    keys = [r.key for r in runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("sweep spec: two runs share a directory")
+    return runs
+
+
+def run_status(run: Run) -> str:
+    """``done`` (latest checkpoint at the final step), ``resume`` (an earlier checkpoint: a
+    killed run) or ``fresh``. A run directory whose saved config differs from the spec in
+    anything a resume may not change is a ValueError naming the key."""
+    latest = latest_checkpoint(run.dir) if run.dir.is_dir() else None
+    if latest is None:
+        return "fresh"
+    step = int(STEP_DIR.fullmatch(latest.name).group(1))
+    try:
+        check_resume_config(saved_config(run.dir), run.cfg)
+        if step > run.cfg.steps:
+            raise ValueError(f"its checkpoint is at step {step}, past steps={run.cfg.steps}")
+    except ValueError as err:
+        raise ValueError(f"run {run.dir} does not match the sweep spec: {err}") from None
+    return "done" if step == run.cfg.steps else "resume"
+
+
+def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
+    spec.out.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "name": spec.name,
+        "spec_file": str(spec_path),
+        "spec": read_yaml(str(spec_path)),
+        "command": f"rlkit sweep {shlex.quote(str(spec_path))}",
+        "baseline": spec.baseline,
+        "runs": [
+            {"arm": r.arm, "group_size": r.group_size, "seed": r.seed, "dir": str(r.dir)}
+            for r in runs
+        ],
+    }
+    path = spec.out / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def run_sweep(
+    spec_path: str | Path, progress: bool = True, dry_run: bool = False, workers: int | None = None
+) -> dict[str, list[str]]:
+    """Check the spec and every run directory, then train what is not finished. Returns the run
+    keys by status (``done``, ``resume``, ``fresh``) as found before training."""
+    spec_path = Path(spec_path)
+    spec = parse_spec(spec_path)
+    runs = plan(spec)
+    status = {run.key: run_status(run) for run in runs}
+    by_status = {s: [k for k, v in status.items() if v == s] for s in ("done", "resume", "fresh")}
+    if dry_run:
+        return by_status
+    write_manifest(spec, spec_path, runs)
+    todo = [run for run in runs if status[run.key] != "done"]
+    workers = spec.workers if workers is None else workers
+    if workers is None:
+        workers = default_workers(len(todo), spec.threads)
+    jobs = {
+        run.key: (
+            spec.base,
+            list(run.overrides),
+            spec.threads,
+            status[run.key] == "resume",
+            status[run.key] == "fresh",  # a run killed before its first checkpoint restarts
+        )
+        for run in todo
+    }
+    run_pool(
+        train_run,
+        jobs,
+        workers,
+        progress,
+        desc=f"sweep {spec.name}",
+        initial=len(runs) - len(todo),
+        total=len(runs),
+    )
+    return by_status

@@ -1,0 +1,32 @@
+"""The demo's summary (paired differences and their detectable size) and its refusal to overwrite."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from rlkit.demo import run_demo, summary_table
+
+
+def rows(greedy_start, greedy_end, pass_end):
+    start = {"eval/greedy_accuracy": greedy_start, "eval/pass@1": 0.5}
+    return start, {"eval/greedy_accuracy": greedy_end, "eval/pass@1": pass_end}
+
+
+def test_summary_states_the_minimum_detectable_paired_difference():
+    grpo = [rows(0.8, e, 0.5) for e in (0.86, 0.88, 0.90)]
+    ebpo = [rows(0.8, e, 0.5 + d) for e, d in ((0.87, 0.0), (0.88, 0.01), (0.92, 0.02))]
+    table = summary_table({"GRPO": grpo, "EBPO": ebpo}, (0, 1, 2))
+    # greedy differences 1, 0, 2 points: SE = 1/sqrt(3); MDD = (t_.975 + t_.8, df 2) * SE
+    expected = (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) / 3**0.5
+    assert f"EBPO {expected:.1f} greedy / {expected:.1f} pass@1" in table
+    assert "| EBPO | 80.0 |" in table  # equal values print once, without an interval
+    one_seed = summary_table({"GRPO": grpo[:1], "EBPO": ebpo[:1]}, (0,))
+    assert "detectable" not in one_seed
+
+
+def test_demo_refuses_to_replace_a_previous_demo_without_overwrite(tmp_path):
+    (tmp_path / "GRPO" / "seed0").mkdir(parents=True)
+    (tmp_path / "GRPO" / "seed0" / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match="--overwrite"):
+        run_demo(tmp_path, seeds=(0,), progress=False)

@@ -1,0 +1,126 @@
+"""``rlkit report``: tables, paired differences, MDD and summary files from synthetic runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from rlkit.cli import main
+from rlkit.config import load_config
+from rlkit.intervals import mean_ci, minimum_detectable_difference, paired_difference
+from rlkit.report import eval_curve, pooled_mdd
+from rlkit.tasks.loader import load_problems
+
+SEEDS = [0, 1, 2, 3, 4]
+GAIN = {"A": [0.10, 0.12, 0.08, 0.11, 0.09], "B": [0.15, 0.16, 0.12, 0.18, 0.14]}
+
+
+def fake_run(run_dir, start, end, tokens, steps=4):
+    """A finished run: config.yaml with ``steps`` and evaluations at steps 0 and ``steps``."""
+    run_dir.mkdir(parents=True)
+    cfg = load_config("tiny-cpu", [f"steps={steps}", f"output_dir={run_dir}"])
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    rows = [{"step": 0, "eval/greedy_accuracy": start, "eval/pass@1": start / 2}]
+    for step in range(1, steps + 1):
+        row = {"step": step, "reward": 0.5, "tokens/generated": tokens * step, "tokens/probe": 0}
+        if step == steps:
+            row |= {"eval/greedy_accuracy": end, "eval/pass@1": end / 2}
+        rows.append(row)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    out, runs = tmp_path / "sweep", []
+    for arm, gains in GAIN.items():
+        for seed, gain in zip(SEEDS, gains):
+            start = 0.5 + 0.01 * seed
+            run_dir = out / arm / "G4" / f"seed{seed}"
+            fake_run(run_dir, start, start + gain, 100 + 10 * seed)
+            runs.append({"arm": arm, "group_size": 4, "seed": seed, "dir": str(run_dir)})
+    # a killed run: no final evaluation, so it is listed and left out
+    killed = out / "B" / "G4" / "seed5"
+    fake_run(killed, 0.5, 0.9, 100, steps=4)
+    rows = [json.loads(x) for x in (killed / "metrics.jsonl").read_text().splitlines()][:3]
+    (killed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs.append({"arm": "B", "group_size": 4, "seed": 5, "dir": str(killed)})
+    manifest = {
+        "name": "synthetic",
+        "spec_file": "sweeps/synthetic.yaml",
+        "spec": {"base": "tiny-cpu"},
+        "command": "rlkit sweep sweeps/synthetic.yaml",
+        "baseline": "A",
+        "runs": runs,
+    }
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    return out
+
+
+def test_report_tables_paired_differences_and_mdd(tmp_path, sweep_dir, capsys):
+    results = tmp_path / "results"
+    assert main(["report", str(sweep_dir), "--results", str(results)]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((results / "synthetic" / "summary.json").read_text())
+    assert summary["commands"] == [
+        "rlkit sweep sweeps/synthetic.yaml",
+        f"rlkit report {sweep_dir} --results {results}",
+    ]
+    assert summary["missing"] == [str(sweep_dir / "B" / "G4" / "seed5")]
+    rows = {(r["arm"], r["metric"]): r for r in summary["rows"]}
+
+    a, b = rows["A", "eval/greedy_accuracy"], rows["B", "eval/greedy_accuracy"]
+    assert a["seeds"] == SEEDS and a["vs_baseline"] is None and a["mdd"] is None
+    gain = mean_ci(GAIN["B"])
+    assert (b["gain"]["mean"], b["gain"]["low"], b["gain"]["high"]) == pytest.approx(
+        (gain.mean, gain.low, gain.high)
+    )
+    # end values differ by the gains only (same start per seed): a paired difference
+    diff = paired_difference(GAIN["B"], GAIN["A"])
+    assert b["vs_baseline"]["mean"] == pytest.approx(0.05)
+    assert (b["vs_baseline"]["low"], b["vs_baseline"]["high"]) == pytest.approx(
+        (diff.low, diff.high)
+    )
+    assert b["mdd"] == pytest.approx(minimum_detectable_difference(diff, 5))
+    assert summary["mdd"]["value"] == pytest.approx(b["mdd"])  # a single comparison
+    assert rows["B", "eval/pass@1"]["vs_baseline"]["mean"] == pytest.approx(0.025)
+    n = min(len(load_problems(load_config("tiny-cpu").task)[1]), 1024)
+    assert b["eval_problems"] == n and n > 500
+    assert b["eval_se"] == pytest.approx(np.sqrt(0.67 * 0.33 / n))  # end mean 52 + 15 = 67%
+    assert b["tokens_generated"] == pytest.approx(4 * np.mean([100 + 10 * s for s in SEEDS]))
+
+    md = (results / "synthetic" / "summary.md").read_text()
+    assert "rlkit sweep sweeps/synthetic.yaml" in md and f"{b['mdd'] * 100:.1f} points" in md
+    assert "| B | 4 | greedy_accuracy | 5 |" in md and md in printed
+    with (results / "synthetic" / "summary.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 4
+    assert float(table[2]["vs_baseline_mean"]) == pytest.approx(0.05)
+    assert (results / "synthetic" / "accuracy_vs_tokens.png").stat().st_size > 0
+
+
+def test_eval_curve_counts_probe_tokens():
+    rows = [
+        {"step": 0, "eval/greedy_accuracy": 0.5},
+        {"step": 1, "tokens/generated": 10, "tokens/probe": 5},
+        {"step": 2, "tokens/generated": 20, "tokens/probe": 10, "eval/greedy_accuracy": 0.7},
+    ]
+    x, y = eval_curve(rows, "eval/greedy_accuracy")
+    assert x.tolist() == [0, 30] and y.tolist() == [0.5, 0.7]
+
+
+def test_pooled_mdd_pools_the_variance_of_each_comparison():
+    # per-seed differences with variance 1 and 9 about their own means: pooled variance 5
+    groups = [[0.0, 1.0, 2.0], [10.0, 13.0, 16.0]]
+    t = stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)
+    assert pooled_mdd(groups, 3) == pytest.approx(t * np.sqrt(5) / np.sqrt(3))
+    assert pooled_mdd([[0.1]], 3) is None
+
+
+def test_report_refuses_a_directory_without_a_sweep(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a sweep directory" in capsys.readouterr().err

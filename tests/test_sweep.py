@@ -1,0 +1,157 @@
+"""``rlkit sweep``: spec checks before any run, the grid of run directories, skip-finished and
+resume-after-kill (tiny fixture model, 2 steps, 2 seeds, runs in this process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlkit import pool
+from rlkit.checkpoint import load_checkpoint
+from rlkit.cli import main
+from rlkit.metrics import read_metrics
+from rlkit.sweep import parse_spec, plan, run_sweep
+from rlkit.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "steps=2",
+    "rollout.num_prompts=2",
+    "rollout.max_new_tokens=4",
+    "task.num_train=32",
+    "task.num_eval=4",
+    "eval.num_problems=4",
+    "eval.k=1",
+    "checkpoint_every=1",
+]
+
+
+def write_spec(tmp_path, model_dir, **changes):
+    spec = {
+        "name": "t",
+        "base": "tiny-cpu",
+        "out": str(tmp_path / "out"),
+        "overrides": [f"model.name_or_path={model_dir}", *SMALL],
+        "arms": {"GRPO": ["algo.estimator=grpo"], "EBPO": ["algo.estimator=ebpo"]},
+        "group_sizes": [2],
+        "seeds": [0, 1],
+        "baseline": "GRPO",
+        "workers": 0,
+    } | changes
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"arm": {"x": []}}, "unknown key 'arm'"),
+        ({"arms": {"GRPO": [], "EBPO": ["algo.estimator=nope"]}}, "arm EBPO: algo.estimator"),
+        (
+            {"arms": {"GRPO": [], "EBPO": ["rollout.nope=1"]}},
+            "arm EBPO: unknown config key rollout.nope",
+        ),
+        ({"overrides": ["seed=3"]}, "overrides: seed is set by the sweep"),
+        (
+            {"arms": {"GRPO": [], "A": ["rollout.group_size=4"]}},
+            "A: rollout.group_size is set by the sweep",
+        ),
+        ({"baseline": "PPO"}, "baseline 'PPO' is not an arm"),
+        ({"seeds": [0, 0]}, "seeds must be distinct"),
+        ({"arms": {"GRPO": [], "a/b": []}}, "arm name 'a/b'"),
+    ],
+)
+def test_bad_specs_fail_before_any_run(tmp_path, tiny_model_dir, change, message):
+    path = write_spec(tmp_path, tiny_model_dir, **change)
+    with pytest.raises(ValueError, match=message):
+        run_sweep(path, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_is_arms_by_group_sizes_by_seeds(tmp_path, tiny_model_dir):
+    spec = parse_spec(write_spec(tmp_path, tiny_model_dir, group_sizes=[2, 4]))
+    runs = plan(spec)
+    assert [r.key for r in runs] == [
+        f"{a}/G{g}/seed{s}" for a in ("GRPO", "EBPO") for g in (2, 4) for s in (0, 1)
+    ]
+    run = runs[-1]
+    assert run.cfg.rollout.group_size == 4 and run.cfg.seed == 1
+    assert run.cfg.algo.estimator == "ebpo" and run.cfg.steps == 2
+    assert run.dir == tmp_path / "out" / "EBPO" / "G4" / "seed1"
+
+
+def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path, tiny_model_dir, monkeypatch):
+    path = write_spec(tmp_path, tiny_model_dir)
+    out = tmp_path / "out"
+
+    # the first run of the grid is killed after its first step's checkpoint
+    original_step, calls = Trainer.step, []
+
+    def dies_once_at_step_2(self):
+        if self.step_count == 1 and not calls:
+            calls.append(self.run_dir)
+            raise KeyboardInterrupt  # what a killed process leaves: a checkpoint at step 1
+        return original_step(self)
+
+    monkeypatch.setattr(Trainer, "step", dies_once_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(path, progress=False)
+    killed = out / "GRPO" / "G2" / "seed0"
+    assert calls == [killed] and load_checkpoint(killed).step == 1
+    run_id = load_checkpoint(killed).run_id
+
+    found = run_sweep(path, progress=False)
+    assert found == {
+        "done": [],
+        "resume": ["GRPO/G2/seed0"],
+        "fresh": ["GRPO/G2/seed1", "EBPO/G2/seed0", "EBPO/G2/seed1"],
+    }
+    checkpoint = load_checkpoint(killed)
+    assert checkpoint.step == 2 and checkpoint.run_id == run_id  # resumed, not restarted
+    assert [r["step"] for r in read_metrics(killed)] == [0, 1, 2]
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["baseline"] == "GRPO" and len(manifest["runs"]) == 4
+    assert manifest["command"] == f"rlkit sweep {path}"
+
+    # everything finished: a rerun trains nothing
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(pool, "train_run", no_training)
+    monkeypatch.setattr(Trainer, "__init__", no_training)
+    assert run_sweep(path, progress=False)["done"] == [
+        "GRPO/G2/seed0",
+        "GRPO/G2/seed1",
+        "EBPO/G2/seed0",
+        "EBPO/G2/seed1",
+    ]
+
+
+def test_changed_spec_is_refused_for_existing_runs(tmp_path, tiny_model_dir, capsys):
+    path = write_spec(tmp_path, tiny_model_dir, arms={"GRPO": []}, seeds=[0])
+    assert main(["sweep", str(path)]) == 0
+    assert "0 done, 0 resume, 1 fresh" in capsys.readouterr().out
+    # more steps: the finished run resumes; another learning rate: refused, naming the key
+    write_spec(tmp_path, tiny_model_dir, arms={"GRPO": ["steps=3"]}, seeds=[0])
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    assert "resume GRPO/G2/seed0" in capsys.readouterr().out
+    write_spec(tmp_path, tiny_model_dir, arms={"GRPO": ["optim.lr=1e-3"]}, seeds=[0])
+    assert main(["sweep", str(path)]) == 2
+    assert "optim.lr" in capsys.readouterr().err
+
+
+def test_pool_runs_jobs_in_worker_processes_and_names_failures():
+    # builtins: a spawned worker unpickles them without importing this test module
+    assert pool.run_pool(pow, {"a": (2, 2), "b": (3, 2)}, 2, progress=False) == {"a": 4, "b": 9}
+    with pytest.raises(RuntimeError, match="1 of 2 runs failed: x; first error \\(x\\): invalid"):
+        pool.run_pool(int, {"x": ("bad",), "y": ("7",)}, 1, progress=False)
+
+
+@pytest.mark.parametrize("spec", sorted(ROOT.glob("sweeps/*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_are_valid(spec):
+    runs = plan(parse_spec(spec))
+    assert runs and len({r.dir for r in runs}) == len(runs)
