@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser(
         "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"
     )
-    build.add_argument("--out", required=True, help="directory to write (must not exist)")
+    build.add_argument(
+        "--out", required=True, help="directory to write (a finished build there is kept)"
+    )
     build.set_defaults(func=_build_tiny)
 
     presets = sub.add_parser("presets", help="list the shipped config presets")
