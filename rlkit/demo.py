@@ -22,6 +22,7 @@ from rlkit.intervals import (
 )
 from rlkit.plotting import plot_runs
 from rlkit.pool import default_workers, run_pool, train_run
+from rlkit.rundir import check_fresh
 
 METHODS = {
     "GRPO": ["algo.estimator=grpo"],
@@ -60,13 +61,10 @@ def run_demo(
         load_config("tiny-cpu", job)  # every bad override fails here, before any run starts
     if threads < 1 or (workers is not None and workers < 1):
         raise ValueError(f"threads and workers must be >= 1, got {threads} and {workers}")
-    used = [
-        d for d in (out_dir / m / f"seed{s}" for m, s in jobs) if d.is_dir() and any(d.iterdir())
-    ]
-    if used and not overwrite:
-        raise ValueError(
-            f"{used[0]} already holds a run; pass --overwrite to replace the demo's runs"
-        )
+    for method, seed in jobs:  # a previous demo's runs fail here, before any run starts
+        run_dir = out_dir / method / f"seed{seed}"
+        if run_dir.is_dir():
+            check_fresh(run_dir, overwrite)
     workers = workers or default_workers(len(jobs), threads)
     pool_jobs = {key: ("tiny-cpu", job, threads, False, overwrite) for key, job in jobs.items()}
     evals = run_pool(train_run, pool_jobs, workers, progress, desc="demo runs")

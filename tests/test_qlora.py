@@ -173,29 +173,10 @@ def test_adapter_save_and_load_reproduces_the_logprobs(
 
 
 @pytest.fixture(scope="module")
-def bf16_policy(tmp_path_factory, tiny_tokenizer):
-    """A QLoRA policy with bf16 compute on a hidden-64 Llama (bitsandbytes' CPU 4-bit kernels
+def bf16_policy(tiny_4bit_model_dir):
+    """A QLoRA policy with bf16 compute on the hidden-64 Llama (bitsandbytes' CPU 4-bit kernels
     need in_features >= their block size of 64)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=0.2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    path = tmp_path_factory.mktemp("llama64")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    spec = qlora_spec(str(path))
+    spec = qlora_spec(tiny_4bit_model_dir)
     spec.compute_dtype = "bfloat16"
     return load_policy(spec)
 
