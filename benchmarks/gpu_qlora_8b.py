@@ -29,6 +29,7 @@ the memory columns are empty (no CUDA allocator to read).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import hashlib
@@ -40,6 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -138,21 +140,31 @@ class HashScorer:
 
 
 class PhaseMeter:
-    """Wraps trainer methods: seconds and (on CUDA) the peak allocated bytes of each phase."""
+    """Wraps trainer methods: seconds and (on CUDA) the peak allocated bytes of each phase.
+
+    A call made while another measured phase runs (the update's no-grad finiteness probe calls
+    ``logprobs``) is not measured: resetting CUDA's peak counter there would hide the outer
+    phase's peak. (The first H200 run, 2026-11-30, had that defect in its update row.)
+    """
 
     def __init__(self, cuda: bool):
         self.cuda = cuda
+        self.active = False
         self.records: dict[str, list[tuple[float, float | None]]] = {}
 
     def wrap(self, name: str, fn, only_without_grad: bool = False):
         def measured(*args, **kwargs):
-            if only_without_grad and torch.is_grad_enabled():
+            if self.active or (only_without_grad and torch.is_grad_enabled()):
                 return fn(*args, **kwargs)
             if self.cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+            self.active = True
             start = time.perf_counter()
-            out = fn(*args, **kwargs)
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                self.active = False
             peak = None
             if self.cuda:
                 torch.cuda.synchronize()
@@ -179,6 +191,57 @@ def lora_grad_norms(model) -> dict[str, dict[str, float]]:
                 proj = next(p for p in PROJECTIONS if f".{p}." in name)
                 sums[matrix][proj] += float(param.grad.float().pow(2).sum())
     return {m: {p: math.sqrt(v) for p, v in d.items()} for m, d in sums.items()}
+
+
+def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> dict:
+    """Tokens/s of one `generate` over the same rows under each HF option (issue 9, item 5).
+
+    ``dynamic``: what rlkit runs today (HF's default dynamic KV cache, adapter unmerged);
+    ``static``: ``cache_implementation="static"`` (no ``torch.compile``); ``no_adapter``: the
+    same call with the LoRA adapter switched off, an upper bound for merging it. EOS is never
+    sampled before ``new_tokens`` (``min_new_tokens``), so every variant generates the same count.
+    Each variant is timed once, as a training step would call it: a static cache is allocated anew
+    on every call (rlkit does not keep one between steps). The training steps before it warmed the
+    CUDA kernels.
+    """
+    model, tokenizer = trainer.policy.model, trainer.policy.tokenizer
+    device = next(model.parameters()).device
+    encoded = tokenizer(prompt_texts, return_tensors="pt", padding=True, padding_side="left")
+    encoded = encoded.to(device)
+    options = {
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    variants = {
+        "dynamic": ({}, contextlib.nullcontext),
+        "static": ({"cache_implementation": "static"}, contextlib.nullcontext),
+        "no_adapter": ({}, model.disable_adapter),
+    }
+    results = {}
+    model.eval()
+    for name, (extra, context) in variants.items():
+        try:
+            with torch.no_grad(), context():
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                model.generate(**encoded, **options, **extra)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            results[name] = {
+                "seconds": seconds,
+                "tokens_per_s": len(prompt_texts) * new_tokens / seconds,
+            }
+        except Exception as error:  # a variant this transformers/bitsandbytes pair cannot run
+            results[name] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    model.train()
+    return results
 
 
 def log(name: str, message: str, start: float) -> None:
@@ -255,6 +318,13 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         steps.append(trainer.step())
         log(name, f"training step {len(steps)} done", begin)
     resident = torch.cuda.memory_allocated() if cuda else None
+    variants = {}
+    if args.variant_tokens:
+        texts = [
+            p.prompt for p in trainer.train_problems[: args.prompts] for _ in range(args.group_size)
+        ]
+        variants = generation_variants(trainer, texts, args.variant_tokens)
+        log(name, f"generation variants: {variants}", begin)
 
     last = steps[-1]
     tokens = float(last["completions/mean_length"]) * rows
@@ -301,6 +371,8 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         "lora_grad_norms": final_norms,
         "all_lora_b_nonzero": all(v > 0 for v in final_norms["lora_B"].values()),
         "all_lora_a_nonzero": all(v > 0 for v in final_norms["lora_A"].values()),
+        "generation_variants": variants,
+        "variant_new_tokens": args.variant_tokens,
         "loss": float(last["loss"]),
         "grad_norm": float(last["grad_norm"]),
     }
@@ -320,6 +392,8 @@ def markdown(report: dict) -> str:
         f"bitsandbytes {report['bitsandbytes']}{' (tiny shapes)' if report['tiny'] else ''}",
     ]
     unit, unit_name = (2**20, "MiB") if report["tiny"] else (GIB, "GiB")
+    for name, failure in report.get("failures", {}).items():
+        lines += ["", f"## {name}: failed", "", "```", failure.strip()[-3000:], "```"]
     for r in report["models"].values():
         lines += [
             "",
@@ -348,6 +422,21 @@ def markdown(report: dict) -> str:
                 f"| {matrix} | " + " | ".join(f"{values[p]:.3g}" for p in PROJECTIONS) + " |"
             )
         lines.append(f"\nevery LoRA-B gradient non-zero: {r['all_lora_b_nonzero']}")
+        if r["generation_variants"]:
+            lines += [
+                "",
+                f"HF `generate` options, {r['rows']} rows × {r['variant_new_tokens']} new tokens:",
+                "",
+                "| variant | tokens/s | × dynamic |",
+                "|---|---|---|",
+            ]
+            base = r["generation_variants"].get("dynamic", {}).get("tokens_per_s")
+            for variant, v in r["generation_variants"].items():
+                if "error" in v:
+                    lines.append(f"| {variant} | failed: {v['error']} | |")
+                else:
+                    ratio = f"{v['tokens_per_s'] / base:.2f}" if base else "n/a"
+                    lines.append(f"| {variant} | {v['tokens_per_s']:.0f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -364,6 +453,13 @@ def parse_args(argv=None):
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--logprob-micro-batch-size", type=int, default=8)
     parser.add_argument("--logprob-chunk-size", type=int, default=256)
+    parser.add_argument(
+        "--variant-tokens",
+        type=int,
+        default=None,
+        help="new tokens per row for the generate-option comparison (0: skip; default 128, "
+        "16 with --tiny)",
+    )
     parser.add_argument("--work-dir", help="where the random models are saved (default: RAM disk)")
     return parser.parse_args(argv)
 
@@ -380,6 +476,8 @@ def main(argv=None) -> dict:
     import transformers
 
     args = parse_args(argv)
+    if args.variant_tokens is None:
+        args.variant_tokens = 16 if args.tiny else 128
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -402,7 +500,11 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     try:
         for name in args.models:
-            report["models"][name] = run_model(name, args, work_dir)
+            try:
+                report["models"][name] = run_model(name, args, work_dir)
+            except Exception:  # record it and go on to the next model: device time is scarce
+                report.setdefault("failures", {})[name] = traceback.format_exc()
+                print(report["failures"][name], flush=True)
             gc.collect()  # the trainer and its 4-bit model go before the next model loads
             if cuda:
                 torch.cuda.empty_cache()
@@ -413,6 +515,8 @@ def main(argv=None) -> dict:
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
+    if report.get("failures"):
+        raise SystemExit(f"failed: {', '.join(report['failures'])} (tracebacks in results.md)")
     return report
 
 

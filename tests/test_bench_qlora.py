@@ -7,15 +7,39 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_qlora_8b.py"
 
 
-@pytest.mark.slow
-def test_tiny_cpu_run_trains_every_lora_matrix_and_writes_the_tables(tmp_path):
+def load_bench():
     spec = importlib.util.spec_from_file_location("gpu_qlora_8b", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_a_phase_called_inside_another_is_not_measured_on_its_own():
+    # the update calls logprobs under no_grad (its finiteness probe): measuring that inner call
+    # would reset CUDA's peak counter and hide the update's own peak
+    meter = load_bench().PhaseMeter(cuda=False)
+    inner = meter.wrap("logprob", lambda: 1, only_without_grad=True)
+
+    def update():
+        with torch.no_grad():
+            return inner() + 1
+
+    outer = meter.wrap("update", update)
+    assert outer() == 2
+    assert set(meter.records) == {"update"}
+    with torch.no_grad():
+        inner()
+    assert len(meter.records["logprob"]) == 1
+
+
+@pytest.mark.slow
+def test_tiny_cpu_run_trains_every_lora_matrix_and_writes_the_tables(tmp_path):
+    bench = load_bench()
     args = ["--tiny", "--device", "cpu", "--models", "qwen3-8b", "--out", str(tmp_path / "out")]
     bench.main([*args, "--work-dir", str(tmp_path / "models")])
     report = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -26,6 +50,9 @@ def test_tiny_cpu_run_trains_every_lora_matrix_and_writes_the_tables(tmp_path):
     assert set(result["lora_grad_norms"]["lora_B"]) == set(bench.PROJECTIONS)
     assert all(v["plan"] > 0 and v["measured"] is None for v in result["phases"].values())
     assert result["generation_tokens_per_s"] > 0 and result["update_s"] > 0
+    variants = result["generation_variants"]
+    assert set(variants) == {"dynamic", "static", "no_adapter"}
+    assert all(v["tokens_per_s"] > 0 for v in variants.values()), variants
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| lora_B |" in table and "plan MiB" in table
     assert not (tmp_path / "models" / "qwen3-8b").exists()  # the random checkpoint is removed
