@@ -70,6 +70,10 @@ class TaskConfig:
     reward_workers: int = 0  # 0: score in-process, where reward_timeout_s is not enforced
     reward_timeout_s: float = 10.0
     on_reward_error: str = "warn"
+    # A mid-run change of the training prompts (notebook 08's difficulty shift): from step
+    # ``shift.step`` on, training prompts come from the arithmetic task ``shift.arithmetic``
+    # (ArithmeticTask fields, as task.arithmetic); evaluation keeps this task's eval set.
+    shift: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
@@ -77,11 +81,28 @@ class TaskConfig:
             if self.name != "arithmetic":
                 raise ValueError("task.arithmetic only applies to task.name=arithmetic")
             arithmetic_task(self.arithmetic)  # unknown fields and bad values fail here
+        if self.shift:
+            self._check_shift()
         _choice("task.on_reward_error", self.on_reward_error, ("warn", "raise"))
         _positive("task.num_train", self.num_train)
         _positive("task.num_eval", self.num_eval)
         _positive("task.reward_workers", self.reward_workers, strict=False)
         _positive("task.reward_timeout_s", self.reward_timeout_s)
+
+    def _check_shift(self) -> None:
+        if self.name != "arithmetic":
+            raise ValueError("task.shift only applies to task.name=arithmetic")
+        unknown = set(self.shift) - {"step", "arithmetic"}
+        if unknown:
+            raise ValueError(
+                f"task.shift: unknown key(s) {sorted(unknown)}; known: arithmetic, step"
+            )
+        step = self.shift.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise ValueError(f"task.shift.step must be an integer >= 1, got {step!r}")
+        if not isinstance(self.shift.get("arithmetic"), dict):
+            raise ValueError("task.shift.arithmetic must be a mapping of ArithmeticTask fields")
+        arithmetic_task(self.shift["arithmetic"])
 
 
 @dataclass
@@ -283,6 +304,15 @@ class TrainConfig:
             raise ValueError(
                 f"agpo.dispersion ({self.agpo.dispersion!r}) sets the AGPO advantage's dispersion; "
                 f"algo.options.dispersion ({explicit!r}) conflicts with it: set only agpo.dispersion"
+            )
+        if self.task.shift and self.task.shift["step"] >= self.steps:
+            raise ValueError(
+                f"task.shift.step ({self.task.shift['step']}) must be below steps ({self.steps})"
+            )
+        if self.task.shift and self.rollout.order == "difficulty":
+            raise ValueError(
+                "task.shift with rollout.order=difficulty: the curriculum ranks the starting "
+                "prompts only; use rollout.order=shuffle or topic"
             )
 
     def to_dict(self) -> dict:

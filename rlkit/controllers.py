@@ -152,6 +152,9 @@ class AdaptiveClip:
     post-update drift: :meth:`update_kl` receives the per-prompt k1 estimates
     mean_t(log π_old − log π_new), clamps them at 0 and feeds their batch mean, so each step's ε
     uses the previous step's drift (docs/algorithms.md §3 step 5).
+
+    ``entropy_ratio=False`` replaces clip(H / H̄_ref, 0.5, 1.5) by 1: the policy-entropy signal
+    left out (notebook 08's leave-one-out; α, γ, δ, ζ = 0 leave out the others).
     """
 
     def __init__(
@@ -165,13 +168,17 @@ class AdaptiveClip:
         zeta: float = 0.0,
         entropy_ema_rate: float = 0.01,
         kl_ema_rate: float = 0.1,
+        entropy_ratio: bool = True,
     ):
         _check_range("clip epsilon", eps_min, eps_max)
+        if not isinstance(entropy_ratio, bool):
+            raise ValueError(f"entropy_ratio must be true or false, got {entropy_ratio!r}")
         _check_nonnegative(alpha=alpha, gamma=gamma, delta=delta, zeta=zeta)
         if eps_base <= 0:
             raise ValueError(f"eps_base must be > 0, got {eps_base}")
         self.eps_base, self.eps_min, self.eps_max = eps_base, eps_min, eps_max
         self.alpha, self.gamma, self.delta, self.zeta = alpha, gamma, delta, zeta
+        self.entropy_ratio = entropy_ratio
         self.entropy_ref = Ema(entropy_ema_rate)
         self.kl = Ema(kl_ema_rate, value=0.0)
 
@@ -180,6 +187,8 @@ class AdaptiveClip:
         if self.entropy_ref.value is None:
             self.entropy_ref.update(entropy.mean())
         ratio = (entropy / max(self.entropy_ref.value, 1e-8)).clamp(0.5, 1.5)
+        if not self.entropy_ratio:
+            ratio = torch.ones_like(ratio)
         numerator = self.eps_base * ratio * (1 + self.delta * stats.vote_entropy)
         denominator = (
             1

@@ -54,9 +54,30 @@ def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
 
 
+def shift_recovery(rows: list[dict], metric: str, shift_step: int) -> dict:
+    """One run around its task shift (``task.shift``): ``pre`` = ``metric`` at the last
+    evaluation at or before the shift step; ``dip`` = how far the later evaluations fall below
+    it (≥ 0); ``steps`` = steps after the shift until an evaluation is back at ``pre`` or above
+    (None: not within the run); ``reward_after`` = mean training reward of the shifted steps."""
+    evals = [(r["step"], r[metric]) for r in rows if r.get(metric) is not None]
+    before = [v for step, v in evals if step <= shift_step]
+    after = [(step, v) for step, v in evals if step > shift_step]
+    if not before or not after:
+        raise ValueError(f"{metric}: no evaluation on both sides of the shift at step {shift_step}")
+    pre = before[-1]
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None and r["step"] > shift_step]
+    return {
+        "pre": pre,
+        "dip": max(0.0, pre - min(v for _, v in after)),
+        "steps": next((step - shift_step for step, v in after if v >= pre), None),
+        "reward_after": float(np.mean(rewards)) if rewards else None,
+    }
+
+
 def finished_runs(manifest: dict) -> tuple[dict, dict, list[str]]:
     """{(arm, G): {seed: metric rows}} of the runs whose last evaluation is at their final step,
-    {(arm, G): number of held-out problems} and the directories of the other runs."""
+    {(arm, G): (number of held-out problems, task.shift step or None)} and the directories of
+    the other runs."""
     runs, sizes, missing = defaultdict(dict), {}, []
     for run in manifest["runs"]:
         run_dir, cell = Path(run["dir"]), (run["arm"], run["group_size"])
@@ -72,7 +93,8 @@ def finished_runs(manifest: dict) -> tuple[dict, dict, list[str]]:
             continue
         runs[cell][run["seed"]] = rows
         if cell not in sizes:
-            sizes[cell] = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
+            problems = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
+            sizes[cell] = (problems, cfg.task.shift.get("step"))
     return dict(runs), sizes, missing
 
 
@@ -118,13 +140,27 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
     baseline, rows = manifest.get("baseline"), []
     for (arm, g), seeds in runs.items():
         base = runs.get((baseline, g), {}) if baseline and arm != baseline else {}
+        n, shift_step = eval_sizes[arm, g]
         for name in METRICS:
             start = {s: eval_curve(rs, name)[1][0] for s, rs in seeds.items()}
             end = {s: eval_curve(rs, name)[1][-1] for s, rs in seeds.items()}
             common = sorted(set(end) & set(base))
             diff = [end[s] - eval_curve(base[s], name)[1][-1] for s in common]
             last = {s: rs[-1] for s, rs in seeds.items()}
-            p, n = float(np.mean(list(end.values()))), eval_sizes[arm, g]
+            p = float(np.mean(list(end.values())))
+            shift = None
+            if shift_step is not None:
+                per_seed = {sd: shift_recovery(rs, name, shift_step) for sd, rs in seeds.items()}
+                shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
+                for key in ("dip", "reward_after"):
+                    shift[key] = _ci([v[key] for v in per_seed.values()])
+                    if base:
+                        pairs = [
+                            v[key] - shift_recovery(base[sd], name, shift_step)[key]
+                            for sd, v in per_seed.items()
+                            if sd in base
+                        ]
+                        shift[f"{key}_vs_baseline"] = _ci(pairs)
             rows.append(
                 {
                     "arm": arm,
@@ -143,6 +179,7 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                         np.mean([r.get(TOKENS[0]) or 0 for r in last.values()])
                     ),
                     "tokens_probe": float(np.mean([r.get(TOKENS[1]) or 0 for r in last.values()])),
+                    "shift": shift,
                     "_diff": diff,
                 }
             )
@@ -209,6 +246,31 @@ def markdown(manifest: dict, rows: list[dict], commands: list[str], mdd: dict, m
             f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
         )
     lines += ["", mdd_sentence(mdd), ""]
+    shifted = [r for r in rows if r["shift"]]
+    if shifted:
+        lines += [
+            f"Task shift at step {shifted[0]['shift']['step']} (task.shift): pre = held-out "
+            "value at the last evaluation before it; dip = how far later evaluations fall below "
+            "pre; regained = seeds back at pre or above within the run, median steps after the "
+            "shift; reward after = mean training reward of the shifted steps.",
+            "",
+            "| arm | G | metric | dip | dip vs baseline | regained (median steps) | reward after "
+            "| reward after vs baseline |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in shifted:
+            sh = r["shift"]
+            steps = [v["steps"] for v in sh["seeds"].values() if v["steps"] is not None]
+            regained = f"{len(steps)}/{len(sh['seeds'])}"
+            if steps:
+                regained += f" ({float(np.median(steps)):.0f})"
+            vs_dip, vs_reward = sh.get("dip_vs_baseline"), sh.get("reward_after_vs_baseline")
+            lines.append(
+                f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
+                f"| {_fmt(sh['dip'])} | {_fmt(vs_dip) if vs_dip else '—'} | {regained} "
+                f"| {_fmt(sh['reward_after'])} | {_fmt(vs_reward) if vs_reward else '—'} |"
+            )
+        lines.append("")
     if missing:
         lines += [f"Not finished, left out: {', '.join(missing)}", ""]
     lines += [f"![accuracy vs generated tokens]({FIGURE})", ""]
@@ -285,3 +347,71 @@ def write_report(
             cells += [mdd_cell, r["eval_problems"], r["eval_se"]]
             writer.writerow(cells + [r["tokens_generated"], r["tokens_probe"]])
     return text + f"\nwritten to {out}/"
+
+
+# ---------------------------------------------------------------- reading a summary (notebooks)
+MAX_MDD_FOR_A_NULL = 0.03  # a "no difference" is a result only when 3 points would have shown
+
+
+def difference_verdict(vs: dict, arm: str, baseline: str) -> str:
+    """What a paired interval says: one arm better, or no difference detected."""
+    if vs["low"] > 0:
+        return f"{arm} better"
+    if vs["high"] < 0:
+        return f"{baseline} better"
+    return "no difference detected"
+
+
+def claim_verdict(vs: dict, mdd: float | None, expect: int) -> str:
+    """A paper's claim about ``arm − baseline`` against its paired interval: ``expect`` = +1 (the
+    arm is better), −1 (worse) or 0 (no worse: e.g. a robust statistic "stays stable").
+
+    reproduced: the interval lies on the claimed side of 0 (for 0: it does not lie below 0 and
+    the MDD is at most 3 points); not reproduced: the interval contradicts the claim, or it
+    contains 0 while 3 points would have been detected; otherwise not testable at this scale."""
+    powered = mdd is not None and mdd <= MAX_MDD_FOR_A_NULL
+    if expect == 0:
+        if vs["high"] < 0:
+            return "not reproduced"
+        return "reproduced" if powered else "not testable at this scale"
+    better, worse = (
+        (vs["low"] > 0, vs["high"] < 0) if expect > 0 else (vs["high"] < 0, vs["low"] > 0)
+    )
+    if better:
+        return "reproduced"
+    if worse or powered:
+        return "not reproduced"
+    return "not testable at this scale"
+
+
+def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
+    """The summary's arms for one metric (and G) as text: end value, paired difference to the
+    baseline, its MDD, generated tokens (probe tokens in parentheses) and what the interval says."""
+    baseline = summary["baseline"]
+    rows = [
+        r
+        for r in summary["rows"]
+        if r["metric"] == metric and group_size in (None, r["group_size"])
+    ]
+    lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | verdict"]
+    for r in rows:
+        vs = r["vs_baseline"]
+        lines.append(
+            f"  {r['arm']:18} | {len(r['seeds'])} | {_fmt(r['end'])} | "
+            f"{'—' if vs is None else _fmt_signed(vs)} | {_points(r['mdd'])} | "
+            f"{r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) | "
+            f"{'baseline' if vs is None else difference_verdict(vs, r['arm'], baseline)}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt_signed(ci: dict, scale: float = 100.0) -> str:
+    return f"{ci['mean'] * scale:+.1f} [{ci['low'] * scale:+.1f}, {ci['high'] * scale:+.1f}]"
+
+
+def summary_row(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
+    """The summary's row of ``arm`` for ``metric`` (and G); a clear error when it is absent."""
+    for r in summary["rows"]:
+        if r["arm"] == arm and r["metric"] == metric and group_size in (None, r["group_size"]):
+            return r
+    raise KeyError(f"{summary['name']}: no row for arm {arm!r}, metric {metric!r}, G {group_size}")

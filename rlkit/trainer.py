@@ -59,7 +59,7 @@ from rlkit.rundir import (
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems, warn_long_prompts
+from rlkit.tasks.loader import load_problems, shifted_train_problems, warn_long_prompts
 
 
 class NonFiniteError(RuntimeError):
@@ -298,6 +298,9 @@ class Trainer:
             pass_rates = state["curriculum_pass_rates"] if state else self.starting_pass_rates()
         self.curriculum_pass_rates = pass_rates
         self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
+        self.shifted = False
+        if state and cfg.task.shift and state["step"] >= cfg.task.shift["step"]:
+            self.shift_task()  # the checkpoint's sampler state belongs to the shifted prompts
         if state:
             self.load_state(checkpoint.path, state)
         self.logger = None
@@ -311,6 +314,16 @@ class Trainer:
         self.logger = MetricsLogger(
             self.run_dir, cfg.tensorboard, self.step_count if state else None
         )
+
+    def shift_task(self) -> None:
+        """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 08's
+        difficulty shift), in a fresh order under the run's seed."""
+        problems = shifted_train_problems(self.cfg.task)
+        if self.cfg.task.chat_template:
+            problems = chat_problems(problems, self.policy.tokenizer)
+        self.train_problems = problems
+        self.sampler = PromptSampler(problems, self.cfg.rollout.order, self.cfg.seed)
+        self.shifted = True
 
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
@@ -624,6 +637,8 @@ class Trainer:
     # ---------------------------------------------------------------------- step
     def step(self) -> dict:
         cfg = self.cfg
+        if cfg.task.shift and not self.shifted and self.step_count >= cfg.task.shift["step"]:
+            self.shift_task()
         t0, self.score_time = time.perf_counter(), 0.0
         groups, metrics = self.draw_groups()
         t_generate = time.perf_counter() - t0 - self.score_time

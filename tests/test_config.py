@@ -67,6 +67,11 @@ def test_overrides_are_typed_and_nested():
         ("optim.logprob_chunk_size=-2", "optim.logprob_chunk_size must be >= 0"),
         ("optim.logprob_micro_batch_size=-1", "optim.logprob_micro_batch_size must be >= 0"),
         ("eval.at_start=sometimes", "eval.at_start must be true or false"),
+        ("task.shift={step: 0, arithmetic: {}}", "task.shift.step must be an integer >= 1"),
+        ("task.shift={step: 5, arithmetic: {topics: [div]}}", "topics"),
+        ("task.shift={step: 5, arithmetic: {}, when: 3}", "task.shift: unknown key"),
+        ("task.shift={step: 5}", "task.shift.arithmetic must be a mapping"),
+        ("task.shift={step: 100, arithmetic: {}}", r"task.shift.step \(100\) must be below steps"),
     ],
 )
 def test_bad_values_name_the_key(override, message):
@@ -98,3 +103,11 @@ def test_agpo_dispersion_and_an_explicit_estimator_dispersion_must_agree():
     conflict = ["algo.estimator=agpo", "agpo.dispersion=iqr", "algo.options={dispersion: mad}"]
     with pytest.raises(ValueError, match=r"agpo\.dispersion.*algo\.options\.dispersion"):
         load_config("tiny-cpu", conflict)
+
+
+def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
+    shift = "task.shift={step: 5, arithmetic: {topics: [mul]}}"
+    with pytest.raises(ValueError, match="rollout.order=difficulty"):
+        load_config("tiny-cpu", [shift, "rollout.order=difficulty"])
+    with pytest.raises(ValueError, match="task.shift only applies to task.name=arithmetic"):
+        load_config("tiny-cpu", [shift, "task.name=gsm8k"])

@@ -182,6 +182,20 @@ def test_ats_bad_options(options, message):
 # AdaptiveClip
 
 
+def test_adaptive_clip_without_the_entropy_ratio_ignores_the_policy_entropy():
+    # same inputs as the hand example: with the H/H̄_ref factor fixed at 1, ε0 = .2·(1 + .1 ln 2)/1.5
+    # and ε1 = .2, whatever H is
+    clip = AdaptiveClip(entropy_ratio=False)
+    eps = clip(stats([0.5, 0.0], [math.log(2), 0.0]), torch.tensor([1.0, 2.0]))
+    assert eps.tolist() == pytest.approx([0.2 * (1 + 0.1 * math.log(2)) / 1.5, 0.2], rel=1e-6)
+    assert clip(stats([0.0]), 100.0).item() == pytest.approx(0.2)
+    with_ratio = AdaptiveClip()  # H̄_ref starts at H = 1, so H = 100 hits the 1.5 cap
+    with_ratio(stats([0.0]), 1.0)
+    assert with_ratio(stats([0.0]), 100.0).item() == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="entropy_ratio"):
+        AdaptiveClip(entropy_ratio="no")
+
+
 def test_adaptive_clip_hand_example():
     # σ̂ = [.5, 0], E = [ln 2, 0], H = [1, 2] → H̄_ref initialised at mean(H) = 1.5, D̂_KL = 0:
     # ε0 = .2·(1/1.5)·(1 + .1 ln 2)/(1 + .5);  ε1 = .2·(2/1.5)·1/1 = .2667.

@@ -13,7 +13,14 @@ from scipy import stats
 from rlkit.cli import main
 from rlkit.config import load_config
 from rlkit.intervals import mean_ci, minimum_detectable_difference, paired_difference
-from rlkit.report import eval_curve, pooled_mdd
+from rlkit.report import (
+    arm_table,
+    claim_verdict,
+    eval_curve,
+    pooled_mdd,
+    shift_recovery,
+    summary_row,
+)
 from rlkit.tasks.loader import load_problems
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -124,3 +131,55 @@ def test_pooled_mdd_pools_the_variance_of_each_comparison():
 def test_report_refuses_a_directory_without_a_sweep(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "not a sweep directory" in capsys.readouterr().err
+
+
+def test_shift_recovery_measures_the_dip_and_the_steps_to_regain():
+    rows = [
+        {"step": 0, "eval/greedy_accuracy": 0.5},
+        {"step": 10, "eval/greedy_accuracy": 0.6, "reward": 0.9},
+        {"step": 11, "reward": 0.4},
+        {"step": 20, "eval/greedy_accuracy": 0.45, "reward": 0.5},
+        {"step": 30, "eval/greedy_accuracy": 0.55, "reward": 0.6},
+        {"step": 40, "eval/greedy_accuracy": 0.61},
+    ]
+    got = shift_recovery(rows, "eval/greedy_accuracy", shift_step=10)
+    assert got["pre"] == 0.6 and got["dip"] == pytest.approx(0.15)
+    assert got["steps"] == 30  # step 40 is the first evaluation back at 0.6
+    assert got["reward_after"] == pytest.approx(0.5)  # steps 11, 20, 30
+    never = shift_recovery(rows[:5], "eval/greedy_accuracy", shift_step=10)
+    assert never["steps"] is None
+    with pytest.raises(ValueError, match="both sides of the shift"):
+        shift_recovery(rows, "eval/greedy_accuracy", shift_step=40)
+
+
+def test_claim_verdict_needs_power_before_calling_a_null():
+    ci = lambda m, lo, hi: {"mean": m, "low": lo, "high": hi}  # noqa: E731
+    assert claim_verdict(ci(0.02, 0.01, 0.03), 0.01, expect=+1) == "reproduced"
+    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=-1) == "reproduced"
+    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=+1) == "not reproduced"
+    assert claim_verdict(ci(0.0, -0.01, 0.01), 0.02, expect=+1) == "not reproduced"
+    assert claim_verdict(ci(0.0, -0.05, 0.05), 0.08, expect=+1) == "not testable at this scale"
+    assert claim_verdict(ci(0.0, -0.01, 0.01), 0.02, expect=0) == "reproduced"
+    assert claim_verdict(ci(0.0, -0.05, 0.05), 0.08, expect=0) == "not testable at this scale"
+    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=0) == "not reproduced"
+
+
+def test_arm_table_and_summary_row_read_a_summary():
+    row = {
+        "arm": "B",
+        "group_size": 4,
+        "metric": "eval/greedy_accuracy",
+        "seeds": [0, 1],
+        "end": {"mean": 0.5, "low": 0.4, "high": 0.6},
+        "vs_baseline": {"mean": 0.02, "low": 0.01, "high": 0.03},
+        "mdd": 0.01,
+        "tokens_generated": 100.0,
+        "tokens_probe": 0.0,
+    }
+    base = row | {"arm": "A", "vs_baseline": None, "mdd": None}
+    summary = {"name": "s", "baseline": "A", "rows": [base, row]}
+    text = arm_table(summary, "eval/greedy_accuracy")
+    assert "+2.0 [+1.0, +3.0]" in text and "B better" in text and "baseline" in text
+    assert summary_row(summary, "B", "eval/greedy_accuracy") is row
+    with pytest.raises(KeyError, match="no row for arm 'C'"):
+        summary_row(summary, "C", "eval/greedy_accuracy")

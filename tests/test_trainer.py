@@ -124,8 +124,17 @@ class CrashAfter(Trainer):
         return super().step()
 
 
+SHIFT_TO_MUL = "task.shift={{step: {}, arithmetic: {{topics: [mul]}}}}"
+
+
 @pytest.mark.parametrize(
-    "overrides", [("algo.estimator=ebpo",), ("algo.estimator=agpo", "agpo.enabled=true")]
+    "overrides",
+    [
+        ("algo.estimator=ebpo",),
+        ("algo.estimator=agpo", "agpo.enabled=true"),
+        (SHIFT_TO_MUL.format(1),),  # checkpoint (step 2) after the shift
+        (SHIFT_TO_MUL.format(3),),  # resumed run crosses the shift
+    ],
 )
 def test_resume_continues_the_identical_run(tmp_path, tiny_model_dir, overrides):
     common = ("steps=5", "checkpoint_every=2", "rollout.order=topic", *overrides)
@@ -405,3 +414,22 @@ def test_agpo_dispersion_drives_the_agpo_estimator(tmp_path, tiny_model_dir):
     expected = get_estimator("agpo", dispersion="mad")(rewards).advantages
     assert not torch.allclose(expected, get_estimator("agpo")(rewards).advantages)
     torch.testing.assert_close(estimator(rewards).advantages, expected)
+
+
+def test_task_shift_switches_the_training_prompts_at_its_step(tmp_path, tiny_model_dir):
+    cfg = make_config(tmp_path, tiny_model_dir, "steps=4", SHIFT_TO_MUL.format(2))
+    trainer = Trainer(cfg)
+    drawn = []
+    original = trainer.draw_groups
+
+    def recording():
+        groups, metrics = original()
+        drawn.append({p.topic for p in groups.problems})
+        return groups, metrics
+
+    trainer.draw_groups = recording
+    eval_ids = [p.id for p in trainer.eval_problems]
+    trainer.train()
+    assert all(topics <= {"add", "sub"} for topics in drawn[:2])
+    assert all(topics == {"mul"} for topics in drawn[2:]) and len(drawn) == 4
+    assert [p.id for p in trainer.eval_problems] == eval_ids  # evaluation keeps its problems

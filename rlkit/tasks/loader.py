@@ -67,3 +67,12 @@ def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: 
             stacklevel=2,
         )
     return too_long
+
+
+def shifted_train_problems(task_cfg) -> list[Problem]:
+    """The training problems from step ``task.shift.step`` on: the train split of the arithmetic
+    task ``task.shift.arithmetic``, subset to ``task.num_train`` like the original."""
+    from rlkit.tasks.arithmetic import arithmetic_task
+
+    task = arithmetic_task(task_cfg.shift["arithmetic"])
+    return _subset(task.problems("train"), task_cfg.num_train)
