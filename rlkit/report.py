@@ -151,6 +151,10 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
             shift = None
             if shift_step is not None:
                 per_seed = {sd: shift_recovery(rs, name, shift_step) for sd, rs in seeds.items()}
+                for sd, rs in seeds.items():
+                    per_seed[sd]["evals"] = [
+                        [r["step"], r[name]] for r in rs if r.get(name) is not None
+                    ]
                 shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
                 for key in ("dip", "reward_after"):
                     shift[key] = _ci([v[key] for v in per_seed.values()])
@@ -160,7 +164,7 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                             for sd, v in per_seed.items()
                             if sd in base
                         ]
-                        shift[f"{key}_vs_baseline"] = _ci(pairs)
+                        shift[f"{key}_vs_baseline"] = _ci(pairs) | {"mdd": paired_mdd(pairs)}
             rows.append(
                 {
                     "arm": arm,
@@ -169,6 +173,7 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                     "seeds": sorted(seeds),
                     "start": _ci(list(start.values())),
                     "end": _ci(list(end.values())),
+                    "end_by_seed": {str(sd): float(v) for sd, v in sorted(end.items())},
                     "gain": _ci([end[s] - start[s] for s in seeds]),
                     "vs_baseline": _ci(diff) if diff else None,
                     "vs_baseline_seeds": common,
@@ -415,3 +420,36 @@ def summary_row(summary: dict, arm: str, metric: str, group_size: int | None = N
         if r["arm"] == arm and r["metric"] == metric and group_size in (None, r["group_size"]):
             return r
     raise KeyError(f"{summary['name']}: no row for arm {arm!r}, metric {metric!r}, G {group_size}")
+
+
+def paired_comparison(
+    summary: dict, arm: str, other: str, metric: str, group_size: int | None = None
+) -> dict:
+    """``arm − other`` on the end values of their common seeds: mean, 95% interval and MDD
+    (any two arms of a sweep, not only against its baseline)."""
+    a = summary_row(summary, arm, metric, group_size)["end_by_seed"]
+    b = summary_row(summary, other, metric, group_size)["end_by_seed"]
+    common = sorted(set(a) & set(b), key=int)
+    if len(common) < 2:
+        raise ValueError(f"{arm} and {other} share {len(common)} seed(s); a comparison needs 2")
+    diff = [a[s] - b[s] for s in common]
+    return _ci(diff) | {"mdd": paired_mdd(diff), "seeds": [int(s) for s in common]}
+
+
+def judge_claim(
+    summary: dict,
+    arm: str,
+    other: str,
+    expect: int,
+    metric: str = METRICS[0],
+    group_size: int | None = None,
+) -> dict:
+    """:func:`paired_comparison` of ``arm − other`` with the :func:`claim_verdict` on a claim of
+    sign ``expect``, and a one-line ``text`` of both (points of held-out accuracy)."""
+    vs = paired_comparison(summary, arm, other, metric, group_size)
+    verdict = claim_verdict(vs, vs["mdd"], expect)
+    text = (
+        f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {_fmt_signed(vs)} points, "
+        f"MDD {_points(vs['mdd'])} → {verdict}"
+    )
+    return vs | {"verdict": verdict, "text": text}

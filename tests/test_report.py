@@ -17,6 +17,8 @@ from rlkit.report import (
     arm_table,
     claim_verdict,
     eval_curve,
+    judge_claim,
+    paired_comparison,
     pooled_mdd,
     shift_recovery,
     summary_row,
@@ -183,3 +185,31 @@ def test_arm_table_and_summary_row_read_a_summary():
     assert summary_row(summary, "B", "eval/greedy_accuracy") is row
     with pytest.raises(KeyError, match="no row for arm 'C'"):
         summary_row(summary, "C", "eval/greedy_accuracy")
+
+
+def test_paired_comparison_of_any_two_arms():
+    def row(arm, values):
+        return {
+            "arm": arm,
+            "group_size": 4,
+            "metric": "m",
+            "end_by_seed": {str(s): v for s, v in enumerate(values)},
+        }
+
+    summary = {"name": "s", "rows": [row("A", [0.5, 0.6, 0.7]), row("B", [0.6, 0.6, 0.9])]}
+    got = paired_comparison(summary, "B", "A", "m")
+    assert got["mean"] == pytest.approx(0.1) and got["seeds"] == [0, 1, 2]
+    assert got["low"] < 0.1 < got["high"] and got["mdd"] > 0
+    summary["rows"][1]["end_by_seed"] = {"0": 0.6}
+    with pytest.raises(ValueError, match="share 1 seed"):
+        paired_comparison(summary, "B", "A", "m")
+
+
+def test_judge_claim_states_the_difference_and_the_verdict():
+    rows = [
+        {"arm": a, "group_size": 4, "metric": "m", "end_by_seed": dict(zip("0123", v))}
+        for a, v in (("A", [0.50, 0.52, 0.48, 0.50]), ("B", [0.55, 0.56, 0.54, 0.56]))
+    ]
+    got = judge_claim({"name": "s", "rows": rows}, "B", "A", +1, metric="m")
+    assert got["verdict"] == "reproduced" and got["mean"] == pytest.approx(0.0525)
+    assert got["text"].startswith("B − A (m, 4 seeds): +5.3 [") and "→ reproduced" in got["text"]
