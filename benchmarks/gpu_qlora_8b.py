@@ -253,6 +253,7 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     cuda = args.device == "cuda"
     begin = time.perf_counter()
     prompt_tokens, new_tokens = (16, 16) if args.tiny else (512, 1024)
+    new_tokens = args.new_tokens or new_tokens
     t0 = time.perf_counter()
     path = save_random_model(name, args.tiny, args.device, work_dir)
     build_s = time.perf_counter() - t0
@@ -450,6 +451,9 @@ def parse_args(argv=None):
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--generation-batch-size", type=int, default=0, help="0: all rows")
+    parser.add_argument(
+        "--new-tokens", type=int, default=0, help="completion tokens (0: 1024, 16 with --tiny)"
+    )
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--logprob-micro-batch-size", type=int, default=8)
     parser.add_argument("--logprob-chunk-size", type=int, default=256)
