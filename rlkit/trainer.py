@@ -59,7 +59,7 @@ from rlkit.rundir import (
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems, shifted_train_problems, warn_long_prompts
+from rlkit.tasks.loader import load_problems, shifted_train_problems, subset, warn_long_prompts
 
 
 class NonFiniteError(RuntimeError):
@@ -235,7 +235,8 @@ class Trainer:
         seed_everything(cfg.seed)
 
         self.train_problems, eval_problems = load_problems(cfg.task)
-        self.eval_problems = eval_problems[: cfg.eval.num_problems]
+        # a seeded sample, not a prefix: the splits are ordered cell by cell (topic, difficulty)
+        self.eval_problems = subset(eval_problems, cfg.eval.num_problems)
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
         spec["name_or_path"] = resolve_model_path(cfg)
         skip = cfg.optim.skip_redundant_passes

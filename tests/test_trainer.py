@@ -433,3 +433,10 @@ def test_task_shift_switches_the_training_prompts_at_its_step(tmp_path, tiny_mod
     assert all(topics <= {"add", "sub"} for topics in drawn[:2])
     assert all(topics == {"mul"} for topics in drawn[2:]) and len(drawn) == 4
     assert [p.id for p in trainer.eval_problems] == eval_ids  # evaluation keeps its problems
+
+
+def test_a_smaller_evaluation_samples_every_cell_not_a_prefix(tmp_path, tiny_model_dir):
+    # the eval split is ordered topic by topic: a prefix of 16 would hold only `add` problems
+    cfg = make_config(tmp_path, tiny_model_dir, "task.num_eval=1024", "eval.num_problems=16")
+    topics = {p.topic for p in Trainer(cfg).eval_problems}
+    assert topics == {"add", "sub"}

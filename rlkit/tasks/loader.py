@@ -10,7 +10,7 @@ from rlkit.tasks.base import Problem
 EVAL_SUBSET_SEED = 0
 
 
-def _subset(problems: list[Problem], n: int) -> list[Problem]:
+def subset(problems: list[Problem], n: int) -> list[Problem]:
     """``n`` problems drawn without replacement under a fixed seed (splits are ordered cell by
     cell, so a plain prefix would cover only the first topics)."""
     if n >= len(problems):
@@ -27,7 +27,7 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
 
         task = arithmetic_task(task_cfg.arithmetic)
         train, evaluation = task.problems("train"), task.problems("eval")
-        return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
+        return subset(train, task_cfg.num_train), subset(evaluation, task_cfg.num_eval)
 
     from rlkit.tasks.math_datasets import eval_split, load_math_problems
 
@@ -38,7 +38,7 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
         evaluation = load_math_problems(
             eval_name, split=eval_split(eval_name), template=task_cfg.template
         )
-        return _subset(train, task_cfg.num_train), _subset(evaluation, task_cfg.num_eval)
+        return subset(train, task_cfg.num_train), subset(evaluation, task_cfg.num_eval)
     # no separate eval set: hold out num_eval problems of the training data
     if len(train) <= task_cfg.num_eval:
         raise ValueError(
@@ -46,9 +46,9 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
             f"task.num_eval={task_cfg.num_eval} for evaluation and train on the rest; lower "
             "task.num_eval or give a separate task.eval_name"
         )
-    held_out = _subset(train, task_cfg.num_eval)
+    held_out = subset(train, task_cfg.num_eval)
     held_ids = {p.id for p in held_out}
-    return _subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out
+    return subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out
 
 
 def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: int) -> int:
@@ -75,4 +75,4 @@ def shifted_train_problems(task_cfg) -> list[Problem]:
     from rlkit.tasks.arithmetic import arithmetic_task
 
     task = arithmetic_task(task_cfg.shift["arithmetic"])
-    return _subset(task.problems("train"), task_cfg.num_train)
+    return subset(task.problems("train"), task_cfg.num_train)
