@@ -133,6 +133,23 @@ def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
     return minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), num_seeds)
 
 
+def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dict:
+    """:func:`shift_recovery` of every seed of one arm, the mean [95% CI] of its dip and reward
+    after the shift, and their paired differences to ``base`` (the baseline's runs of the same
+    seeds; empty for the baseline itself)."""
+    per_seed = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in seeds.items()}
+    for sd, rs in seeds.items():
+        per_seed[sd]["evals"] = [[r["step"], r[metric]] for r in rs if r.get(metric) is not None]
+    shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
+    base_rec = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in base.items()}
+    for key in ("dip", "reward_after"):
+        shift[key] = _ci([v[key] for v in per_seed.values()])
+        if base_rec:
+            pairs = [per_seed[sd][key] - rec[key] for sd, rec in base_rec.items()]
+            shift[f"{key}_vs_baseline"] = _ci(pairs) | {"mdd": paired_mdd(pairs)}
+    return shift
+
+
 def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
     """One row per (arm, G, metric): start, end, gain, paired difference to the baseline, MDD,
     and the eval noise: the binomial SE √(p(1 − p)/N) of one run's end accuracy p on N held-out
@@ -150,21 +167,7 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
             p = float(np.mean(list(end.values())))
             shift = None
             if shift_step is not None:
-                per_seed = {sd: shift_recovery(rs, name, shift_step) for sd, rs in seeds.items()}
-                for sd, rs in seeds.items():
-                    per_seed[sd]["evals"] = [
-                        [r["step"], r[name]] for r in rs if r.get(name) is not None
-                    ]
-                shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
-                for key in ("dip", "reward_after"):
-                    shift[key] = _ci([v[key] for v in per_seed.values()])
-                    if base:
-                        pairs = [
-                            v[key] - shift_recovery(base[sd], name, shift_step)[key]
-                            for sd, v in per_seed.items()
-                            if sd in base
-                        ]
-                        shift[f"{key}_vs_baseline"] = _ci(pairs) | {"mdd": paired_mdd(pairs)}
+                shift = _shift_summary(seeds, {sd: base[sd] for sd in common}, name, shift_step)
             rows.append(
                 {
                     "arm": arm,
