@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.metrics import read_metrics
@@ -121,6 +122,16 @@ def paired_mdd(differences: list[float]) -> float | None:
     return minimum_detectable_difference(paired_difference(differences, 0.0), len(differences))
 
 
+def paired_stats(differences: list[float]) -> dict:
+    """Per-seed paired differences → mean, 95% interval, MDD and the two-sided p-value of a
+    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0)."""
+    if len(set(differences)) > 1:
+        p = float(stats.ttest_1samp(differences, 0.0).pvalue)
+    else:
+        p = 1.0 if differences[0] == 0 else 0.0
+    return _ci(differences) | {"mdd": paired_mdd(differences), "p": p}
+
+
 def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
     """MDD for ``num_seeds`` paired seeds from the pooled seed-to-seed SD of several comparisons'
     per-seed differences (each centred on its own mean)."""
@@ -146,7 +157,7 @@ def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dic
         shift[key] = _ci([v[key] for v in per_seed.values()])
         if base_rec:
             pairs = [per_seed[sd][key] - rec[key] for sd, rec in base_rec.items()]
-            shift[f"{key}_vs_baseline"] = _ci(pairs) | {"mdd": paired_mdd(pairs)}
+            shift[f"{key}_vs_baseline"] = paired_stats(pairs)
     return shift
 
 
@@ -435,8 +446,7 @@ def paired_comparison(
     common = sorted(set(a) & set(b), key=int)
     if len(common) < 2:
         raise ValueError(f"{arm} and {other} share {len(common)} seed(s); a comparison needs 2")
-    diff = [a[s] - b[s] for s in common]
-    return _ci(diff) | {"mdd": paired_mdd(diff), "seeds": [int(s) for s in common]}
+    return paired_stats([a[s] - b[s] for s in common]) | {"seeds": [int(s) for s in common]}
 
 
 def judge_claim(
@@ -453,6 +463,6 @@ def judge_claim(
     verdict = claim_verdict(vs, vs["mdd"], expect)
     text = (
         f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {_fmt_signed(vs)} points, "
-        f"MDD {_points(vs['mdd'])} → {verdict}"
+        f"MDD {_points(vs['mdd'])}, p = {vs['p']:.3f} → {verdict}"
     )
     return vs | {"verdict": verdict, "text": text}

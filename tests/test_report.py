@@ -19,6 +19,7 @@ from rlkit.report import (
     eval_curve,
     judge_claim,
     paired_comparison,
+    paired_stats,
     pooled_mdd,
     shift_recovery,
     summary_row,
@@ -213,3 +214,10 @@ def test_judge_claim_states_the_difference_and_the_verdict():
     got = judge_claim({"name": "s", "rows": rows}, "B", "A", +1, metric="m")
     assert got["verdict"] == "reproduced" and got["mean"] == pytest.approx(0.0525)
     assert got["text"].startswith("B − A (m, 4 seeds): +5.3 [") and "→ reproduced" in got["text"]
+
+
+def test_paired_stats_p_value_is_the_one_sample_t_test():
+    diffs = [0.01, 0.03, 0.02, 0.04]
+    got = paired_stats(diffs)
+    assert got["p"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue)
+    assert paired_stats([0.0, 0.0])["p"] == 1.0 and paired_stats([0.1, 0.1])["p"] == 0.0
