@@ -59,7 +59,8 @@ def shift_recovery(rows: list[dict], metric: str, shift_step: int) -> dict:
     """One run around its task shift (``task.shift``): ``pre`` = ``metric`` at the last
     evaluation at or before the shift step; ``dip`` = how far the later evaluations fall below
     it (≥ 0); ``steps`` = steps after the shift until an evaluation is back at ``pre`` or above
-    (None: not within the run); ``reward_after`` = mean training reward of the shifted steps."""
+    (None: not within the run); ``reward_after`` = mean training reward of the shifted steps;
+    ``evals`` = every [step, value] of the metric."""
     evals = [(r["step"], r[metric]) for r in rows if r.get(metric) is not None]
     before = [v for step, v in evals if step <= shift_step]
     after = [(step, v) for step, v in evals if step > shift_step]
@@ -72,6 +73,7 @@ def shift_recovery(rows: list[dict], metric: str, shift_step: int) -> dict:
         "dip": max(0.0, pre - min(v for _, v in after)),
         "steps": next((step - shift_step for step, v in after if v >= pre), None),
         "reward_after": float(np.mean(rewards)) if rewards else None,
+        "evals": [list(e) for e in evals],
     }
 
 
@@ -149,8 +151,6 @@ def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dic
     after the shift, and their paired differences to ``base`` (the baseline's runs of the same
     seeds; empty for the baseline itself)."""
     per_seed = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in seeds.items()}
-    for sd, rs in seeds.items():
-        per_seed[sd]["evals"] = [[r["step"], r[metric]] for r in rs if r.get(metric) is not None]
     shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
     base_rec = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in base.items()}
     for key in ("dip", "reward_after"):

@@ -149,6 +149,7 @@ def test_shift_recovery_measures_the_dip_and_the_steps_to_regain():
     assert got["pre"] == 0.6 and got["dip"] == pytest.approx(0.15)
     assert got["steps"] == 30  # step 40 is the first evaluation back at 0.6
     assert got["reward_after"] == pytest.approx(0.5)  # steps 11, 20, 30
+    assert got["evals"] == [[0, 0.5], [10, 0.6], [20, 0.45], [30, 0.55], [40, 0.61]]
     never = shift_recovery(rows[:5], "eval/greedy_accuracy", shift_step=10)
     assert never["steps"] is None
     with pytest.raises(ValueError, match="both sides of the shift"):
