@@ -11,7 +11,8 @@ Each measurement is a fresh Python process (``--child``) that builds its trainer
 ``--warmup`` untimed steps, then ``--steps`` timed steps; its rate is P·G / (median step time). The
 two trainers alternate, the first one switching every repetition, ``--repeats`` times each;
 printed: each trainer's median and range, the ratio rlkit / TRL per repetition (median and
-range) and the 1-minute load average around every run. The load matters: on a shared machine,
+range) and the 1-minute load average around every run. ``--variant KEY=VALUE`` adds a third arm in
+the same alternation, rlkit with that override on top. The load matters: on a shared machine,
 numbers taken while the load exceeds the cores in use are not comparable.
 
 Shapes (``--shape``): ``tiny`` is the built-in default (the shipped 0.2M-param warm start,
@@ -21,7 +22,8 @@ with rlkit's character tokenizer, 8 prompts × G = 8, 32 new tokens.
     pip install -e '.[bench]'
     python benchmarks/vs_trl.py --shape tiny --repeats 3
     python benchmarks/vs_trl.py --shape llama11m --repeats 3
-    python benchmarks/vs_trl.py --smoke        # seconds; checks that both sides run
+    python benchmarks/vs_trl.py --shape tiny --variant optim.share_prompt_forward=true  # 3 arms
+    python benchmarks/vs_trl.py --smoke        # seconds; checks that every arm runs
 """
 
 from __future__ import annotations
@@ -244,11 +246,11 @@ def child(args) -> None:
     )
 
 
-def measure(name: str, args, cache: Path) -> dict:
+def measure(name: str, args, cache: Path, overrides: list[str]) -> dict:
     command = [sys.executable, __file__, "--child", name, "--shape", args.shape]
     command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     command += ["--threads", str(args.threads), "--cache", str(cache)]
-    command += [f"--rlkit={override}" for override in args.rlkit]
+    command += [f"--rlkit={override}" for override in overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -256,20 +258,36 @@ def measure(name: str, args, cache: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def arms(args) -> dict[str, list[str] | None]:
+    """The runs to alternate: rlkit (with ``--rlkit`` overrides), TRL, and with ``--variant``
+    a second rlkit arm, ``rlkit+``, with those overrides on top."""
+    out = {"rlkit": list(args.rlkit), "trl": None}
+    if args.variant:
+        out["rlkit+"] = [*args.rlkit, *args.variant]
+    return out
+
+
 def compare(args) -> dict:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     model_dir(SHAPES[args.shape].model, cache)  # build once, before any timed process
-    runs = {"rlkit": [], "trl": []}
+    plan = arms(args)
+    runs = {name: [] for name in plan}
+    names = list(plan)
     for rep in range(args.repeats):
-        order = ["rlkit", "trl"] if rep % 2 == 0 else ["trl", "rlkit"]
-        for name in order:
-            runs[name].append(measure(name, args, cache))
-    result = {"shape": asdict(SHAPES[args.shape]), "runs": runs}
+        shift = rep % len(names)  # every arm takes every place in the order in turn
+        for name in names[shift:] + names[:shift]:
+            overrides = plan[name]
+            child = "trl" if overrides is None else "rlkit"
+            runs[name].append(measure(child, args, cache, overrides or []))
+    result = {"shape": asdict(SHAPES[args.shape]), "runs": runs, "arms": plan}
     for key in ("completions_per_s", "completions_per_cpu_s"):
         rates = {name: [r[key] for r in rs] for name, rs in runs.items()}
         result[key] = rates
-        result[f"ratio_{key}"] = [a / b for a, b in zip(rates["rlkit"], rates["trl"])]
+        for name in (n for n in names if n != "trl"):
+            suffix = "" if name == "rlkit" else "_variant"
+            ratios = [a / b for a, b in zip(rates[name], rates["trl"])]
+            result[f"ratio{suffix}_{key}"] = ratios
     return result
 
 
@@ -286,10 +304,14 @@ def report(result: dict, args) -> str:
         wall = median_range(result["completions_per_s"][name])
         cpu = median_range(result["completions_per_cpu_s"][name])
         lines.append(f"{name:8s} {wall:>24s} {cpu:>24s}   {loads}")
-    lines.append(
-        f"rlkit / TRL per repetition: wall {median_range(result['ratio_completions_per_s'])}, "
-        f"CPU time {median_range(result['ratio_completions_per_cpu_s'])}"
-    )
+    for name, suffix in (("rlkit", ""), ("rlkit+", "_variant")):
+        if name in result["runs"]:
+            extra = f" ({' '.join(result['arms'][name])})" if result["arms"][name] else ""
+            lines.append(
+                f"{name} / TRL per repetition{extra}: "
+                f"wall {median_range(result[f'ratio{suffix}_completions_per_s'])}, "
+                f"CPU time {median_range(result[f'ratio{suffix}_completions_per_cpu_s'])}"
+            )
     return "\n".join(lines)
 
 
@@ -309,10 +331,19 @@ def main(argv: list[str] | None = None) -> dict | None:
         metavar="KEY=VALUE",
         help="extra rlkit config override (repeatable), e.g. optim.skip_redundant_passes=false",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="adds a third arm, rlkit+, with this override on top (repeatable), "
+        "e.g. optim.share_prompt_forward=true: measured in the same alternation",
+    )
     parser.add_argument("--child", choices=("rlkit", "trl"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.shape, args.repeats, args.steps, args.warmup = "smoke", 1, 2, 0
+        args.variant = args.variant or ["optim.share_prompt_forward=true"]
     if args.child:
         child(args)
         return None

@@ -236,6 +236,11 @@ class OptimConfig:
     # when kl_coef = 0, and π_old's pass when the update is on-policy (Trainer.on_policy_update).
     # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
     skip_redundant_passes: bool = True
+    # Every forward runs each distinct prompt once and lets its G completions attend to the
+    # prompt's cached keys/values (rlkit.rollout._completion_states; docs/algorithms.md §4).
+    # Same results up to float rounding, so a run with it differs from one without in the last
+    # bits; off by default so the published results reproduce bit for bit.
+    share_prompt_forward: bool = False
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
@@ -518,6 +523,11 @@ def check_combination(cfg: TrainConfig) -> None:
                 f"rollout.group_size={cfg.rollout.group_size} with {reason}: a group needs "
                 f"at least {minimum} completions (a single one has no group baseline: A = 0)"
             )
+    if cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing:
+        raise ValueError(
+            "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
+            "layers drop the key/value cache the shared prompt forward passes on; turn one off"
+        )
     if cfg.model.name_or_path == BUILTIN_MODEL and cfg.task.name != "arithmetic":
         raise ValueError(
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "

@@ -24,6 +24,7 @@ top-k 0, top-p 1, ...) and passes its own chain [row temperature, top-k, top-p],
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
@@ -339,6 +340,71 @@ def _chunk_logprobs(
     return logp, entropy
 
 
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that follow the attention mask, so left padding does not shift positions."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def _completion_states(
+    lm: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_length: int,
+    share_prompts: bool,
+) -> torch.Tensor:
+    """Final hidden states from position ``prompt_length - 1`` on, [B, Lc + 1, H]: position t
+    predicts completion token t.
+
+    ``share_prompts``: rows with the same prompt (a group's G completions) share its forward. Each
+    distinct prompt runs through the decoder once; its keys and values are then copied to its rows,
+    and the completion positions attend to them. Causal attention makes the prompt's states
+    independent of the completion, so this is the same computation as one pass over every row
+    (equal up to float rounding; gradients reach the prompt positions through the copies), with the
+    prompt positions costing 1/G of theirs, forward and backward.
+    """
+    decoder = lm.get_decoder()
+    positions = _positions(attention_mask)
+    if share_prompts:
+        prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
+        distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+        if len(distinct) < len(prompts):
+            prompt_mask = distinct[:, prompt_length:]
+            prefix = decoder(
+                input_ids=distinct[:, :prompt_length],
+                attention_mask=prompt_mask,
+                position_ids=_positions(prompt_mask),
+                use_cache=True,
+            )
+            cache = getattr(prefix, "cache", None)  # `past_key_values` before transformers 5
+            cache = cache if cache is not None else getattr(prefix, "past_key_values", None)
+            if cache is None or cache.get_seq_length() != prompt_length:
+                raise RuntimeError(
+                    "optim.share_prompt_forward needs the decoder's key/value cache, and "
+                    f"{type(decoder).__name__} returned none for the prompts (gradient "
+                    "checkpointing drops it); set optim.share_prompt_forward=false"
+                )
+            cache.batch_select_indices(row_prompt)  # each row gets its prompt's keys and values
+            completion = decoder(
+                input_ids=input_ids[:, prompt_length:],
+                attention_mask=attention_mask,
+                position_ids=positions[:, prompt_length:],
+                use_cache=True,
+                **{_cache_keyword(decoder): cache},
+            ).last_hidden_state
+            return torch.cat([prefix.last_hidden_state[row_prompt, -1:], completion], dim=1)
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+    ).last_hidden_state
+    return hidden[:, prompt_length - 1 :]
+
+
+def _cache_keyword(decoder: torch.nn.Module) -> str:
+    """The decoder's name for a key/value cache argument: ``cache`` (transformers 5.x) or
+    ``past_key_values`` (4.x; deprecated in 5.x)."""
+    parameters = inspect.signature(decoder.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def _token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -347,23 +413,17 @@ def _token_logprobs(
     temperatures: torch.Tensor,
     compute_entropy: bool,
     chunk_size: int | None,
+    share_prompts: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
 
-    The decoder runs once; the output head then runs over ``chunk_size`` completion positions
+    The decoder gives the states (`_completion_states`); the output head then runs over ``chunk_size`` completion positions
     at a time (None: all at once), so full-vocabulary logits exist for one chunk only. With
     grad, each chunk is checkpointed: backward recomputes its logits instead of keeping them.
     """
     completion_width = input_ids.shape[1] - prompt_length
-    position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
     lm = causal_lm(model)
-    hidden = lm.get_decoder()(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=False,
-    ).last_hidden_state
-    states = hidden[:, prompt_length - 1 :]  # position t predicts completion token t
+    states = _completion_states(lm, input_ids, attention_mask, prompt_length, share_prompts)
     targets = input_ids[:, prompt_length:]
     head = _output_head(lm)
     step = chunk_size or completion_width + 1
@@ -391,6 +451,7 @@ def sequence_logprobs(
     compute_entropy: bool = False,
     micro_batch_size: int | None = None,
     chunk_size: int | None = None,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
 
@@ -401,7 +462,8 @@ def sequence_logprobs(
     Position ids follow the attention mask, so left padding does not shift positions.
     Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees
     ``chunk_size`` completion positions at a time (None: all of them), so the largest
-    full-vocabulary tensor is [micro_batch_size, chunk_size, V].
+    full-vocabulary tensor is [micro_batch_size, chunk_size, V]. ``share_prompts``: rows of a
+    micro-batch with the same prompt share its forward (`_completion_states`).
     """
     rows = len(batch)
     device = _model_device(model)
@@ -430,6 +492,7 @@ def sequence_logprobs(
             temperatures[part],
             compute_entropy,
             chunk_size,
+            share_prompts,
         )
         logps.append(logp)
         entropies.append(entropy)

@@ -465,11 +465,18 @@ class Trainer:
 
     def logprobs(self, model, rollouts, temps, compute_entropy=False, micro=None):
         """`sequence_logprobs` in the configured memory bounds: ``micro`` rows per pass (default
-        the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size`` positions per head call."""
+        the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size`` positions per head call,
+        sharing each prompt's forward across its rows with ``optim.share_prompt_forward``."""
         opt = self.cfg.optim
         micro = micro or opt.logprob_micro_batch_size or opt.micro_batch_size or None
         return sequence_logprobs(
-            model, rollouts, temps, compute_entropy, micro, opt.logprob_chunk_size or None
+            model,
+            rollouts,
+            temps,
+            compute_entropy,
+            micro,
+            opt.logprob_chunk_size or None,
+            opt.share_prompt_forward,
         )
 
     @torch.no_grad()
@@ -524,7 +531,7 @@ class Trainer:
             sums["kl"] = 0.0
         updates = 0
         self.policy.model.train()
-        for _ in range(opt.update_epochs):
+        for epoch in range(opt.update_epochs):
             order = torch.randperm(rows)
             for start in range(0, rows, mini):
                 mb = order[start : start + mini]
@@ -579,7 +586,11 @@ class Trainer:
                     self.skip_nonfinite(loss_total, float(grad_norm))
                     continue
                 self.optimizer.step()
-                self.check_finite_policy(rollouts.select(mb[:1]), temps[mb[:1]])
+                last = epoch == opt.update_epochs - 1 and start + mini >= rows
+                # AGPO's step-KL pass runs every row through the final weights next and checks
+                # their log-probs (step_kl), so the last step's one-row probe would repeat it
+                probe = None if last and cfg.agpo.enabled else rollouts.select(mb[:1])
+                self.check_finite_policy(probe, temps[mb[:1]])
                 self.counters["consecutive_skips"] = 0
                 updates += 1
                 sums["loss"] += loss_total
@@ -610,29 +621,33 @@ class Trainer:
             )
 
     @torch.no_grad()
-    def check_finite_policy(self, probe: RolloutBatch, temps: torch.Tensor) -> None:
-        """After an optimizer step the weights, and the log-probs of one sequence, must be finite
-        (finite but huge weights, e.g. from optim.lr=1e30, give NaN outputs); otherwise stop with
-        NonFiniteError before sampling from a broken policy."""
+    def check_finite_policy(self, probe: RolloutBatch | None, temps: torch.Tensor) -> None:
+        """After an optimizer step the weights, and the log-probs of one sequence (``probe``; None:
+        the weights only), must be finite (finite but huge weights, e.g. from optim.lr=1e30, give
+        NaN outputs); otherwise stop with NonFiniteError before sampling from a broken policy."""
         params = self.policy.trainable_parameters()
-        problem = None
         if not all(torch.isfinite(p).all() for p in params):
-            problem = "non-finite weights"
-        else:
+            self.stop_nonfinite("non-finite weights")
+        if probe is not None:
             logp, _ = self.logprobs(self.policy.model, probe, temps)  # in the chunk bounds
-            if not torch.isfinite(logp).all():
-                problem = "finite weights but non-finite log-probabilities"
-        if problem:
-            raise NonFiniteError(
-                f"step {self.step_count + 1}: the optimizer step left the policy with {problem}; "
-                f"lower optim.lr (now {self.cfg.optim.lr:g}). The last checkpoint is unaffected."
-            )
+            self.check_finite_logprobs(logp)
+
+    def check_finite_logprobs(self, logp: torch.Tensor) -> None:
+        if not torch.isfinite(logp).all():
+            self.stop_nonfinite("finite weights but non-finite log-probabilities")
+
+    def stop_nonfinite(self, problem: str) -> None:
+        raise NonFiniteError(
+            f"step {self.step_count + 1}: the optimizer step left the policy with {problem}; "
+            f"lower optim.lr (now {self.cfg.optim.lr:g}). The last checkpoint is unaffected."
+        )
 
     @torch.no_grad()
     def step_kl(self, rollouts: RolloutBatch, old_logp, temps, num_prompts: int) -> torch.Tensor:
         """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (docs/algorithms.md §3 step 5)."""
         with eval_mode(self.policy.model):
             new_logp, _ = self.logprobs(self.policy.model, rollouts, temps)
+        self.check_finite_logprobs(new_logp)  # the update's last check left this to the pass
         return per_prompt_mean(old_logp - new_logp, rollouts.completion_mask, num_prompts)
 
     # ---------------------------------------------------------------------- step

@@ -35,7 +35,8 @@ def test_vs_trl_smoke(capsys):
     import vs_trl
 
     result = vs_trl.main(["--smoke"])
-    for name in ("rlkit", "trl"):
+    assert result["arms"]["rlkit+"] == ["optim.share_prompt_forward=true"]
+    for name in ("rlkit", "trl", "rlkit+"):
         (run,) = result["runs"][name]
         assert len(run["step_s"]) == 2 and all(t > 0 for t in run["step_s"])
         assert len(run["load"]) == 2
@@ -43,7 +44,10 @@ def test_vs_trl_smoke(capsys):
     rates = result["completions_per_s"]
     (ratio,) = result["ratio_completions_per_s"]
     assert ratio == pytest.approx(rates["rlkit"][0] / rates["trl"][0])
-    assert "rlkit / TRL" in capsys.readouterr().out
+    (variant,) = result["ratio_variant_completions_per_s"]
+    assert variant == pytest.approx(rates["rlkit+"][0] / rates["trl"][0])
+    out = capsys.readouterr().out
+    assert "rlkit / TRL" in out and "rlkit+ / TRL" in out
 
 
 def test_random_llama_shape_has_10_to_30m_parameters(tmp_path):

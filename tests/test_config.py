@@ -111,3 +111,13 @@ def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
         load_config("tiny-cpu", [shift, "rollout.order=difficulty"])
     with pytest.raises(ValueError, match="task.shift only applies to task.name=arithmetic"):
         load_config("tiny-cpu", [shift, "task.name=gsm8k"])
+
+
+def test_shared_prompt_forward_refuses_gradient_checkpointing():
+    with pytest.raises(
+        ValueError, match="optim.share_prompt_forward=true with model.gradient_checkpointing"
+    ):
+        load_config(
+            "tiny-cpu", ["optim.share_prompt_forward=true", "model.gradient_checkpointing=true"]
+        )
+    assert load_config("tiny-cpu", ["optim.share_prompt_forward=true"]).optim.share_prompt_forward

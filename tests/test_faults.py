@@ -277,8 +277,13 @@ def test_every_logged_step_is_an_integer(trained_run):
 
 
 # --------------------------------------------------------------------------- numerics
-def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny_model_dir):
-    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3"))
+@pytest.mark.parametrize(
+    "method",
+    [[], ["algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=previous"]],
+    ids=["grpo", "agpo"],  # AGPO's step-KL pass checks the final weights' log-probs
+)
+def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny_model_dir, method):
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3", *method))
     trainer.scorer = PatternScorer()
     with pytest.raises(NonFiniteError, match="non-finite log-probabilities; lower optim.lr"):
         trainer.train()

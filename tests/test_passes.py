@@ -135,3 +135,56 @@ def test_one_epoch_one_mini_batch_is_on_policy(tmp_path, tiny_model_dir):
         assert trainer.on_policy_update(16) and not trainer.on_policy_update(17)
     finally:
         trainer.close()
+
+
+SHARED_PROMPT_CASES = {
+    "grpo-full-weights": [],
+    "agpo-adaptive-clip": ["algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=previous"],
+    "lora": ["model.mode=lora", "model.lora_r=4"],
+    "micro-batched": ["optim.micro_batch_size=4"],  # shuffled rows: groups split across passes
+    "every-pass-with-kl": ["optim.skip_redundant_passes=false", "loss.kl_coef=0.05"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHARED_PROMPT_CASES))
+def test_shared_prompt_forward_gives_the_unshared_results(
+    tmp_path, tiny_model_dir, monkeypatch, case
+):
+    """`optim.share_prompt_forward` changes how the forward is computed, not what: losses,
+    gradients and metrics of two steps equal the unshared run's up to float rounding."""
+    overrides = SHARED_PROMPT_CASES[case]
+    plain_rows, plain_grads, _, plain_passes = run_steps(
+        tmp_path / "plain", tiny_model_dir, overrides, skip=True, monkeypatch=monkeypatch
+    )
+    shared_rows, shared_grads, _, shared_passes = run_steps(
+        tmp_path / "shared",
+        tiny_model_dir,
+        [*overrides, "optim.share_prompt_forward=true"],
+        skip=True,
+        monkeypatch=monkeypatch,
+    )
+    assert shared_passes == plain_passes and len(shared_grads) == len(plain_grads) > 0
+    for plain_step, shared_step in zip(plain_grads, shared_grads):
+        assert any(g.abs().sum() > 0 for g in plain_step)
+        for a, b in zip(plain_step, shared_step):
+            torch.testing.assert_close(b, a, **TOLERANCE)
+    for plain, shared in zip(plain_rows, shared_rows):
+        assert_same_metrics(plain, shared, drop_kl=False)
+
+
+def test_shared_prompt_forward_runs_each_prompt_once_in_training(tmp_path, tiny_model_dir):
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.share_prompt_forward=true"))
+    rows_seen = []
+    decoder = trainer.policy.model.get_decoder()
+    hook = decoder.register_forward_hook(
+        lambda m, i, kw, out: rows_seen.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    try:
+        trainer.step()
+    finally:
+        hook.remove()
+        trainer.close()
+    prompts, group = trainer.cfg.rollout.num_prompts, trainer.cfg.rollout.group_size
+    # after generation: the training forward as a prompt pass over the distinct prompts and a
+    # completion pass over every row, then the one-row finiteness check (nothing to share)
+    assert rows_seen[-3:] == [prompts, prompts * group, 1]

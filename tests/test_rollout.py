@@ -379,3 +379,69 @@ def test_generation_in_row_batches_matches_one_call(tiny_model, tiny_tokenizer):
     torch.testing.assert_close(
         sequence_logprobs(tiny_model, parts)[0], sequence_logprobs(tiny_model, whole)[0]
     )
+
+
+def grads_of(model, batch, temperatures, **options):
+    """Log-probs, entropies and parameter gradients of one weighted sum of the log-probs."""
+    model.zero_grad()
+    logp, ent = sequence_logprobs(model, batch, temperatures, compute_entropy=True, **options)
+    weights = torch.linspace(-1, 1, logp.shape[1], dtype=logp.dtype)
+    (logp * weights).sum().backward()
+    return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("options", [{}, {"micro_batch_size": 5, "chunk_size": 3}])
+def test_shared_prompt_forward_equals_one_pass_in_float64(tiny_model, tiny_tokenizer, options):
+    """Groups of 3 rows per prompt, prompts of different lengths (left padding), one temperature
+    per row: sharing each prompt's forward gives the one-pass log-probs, entropies and gradients."""
+    prompts = [p for p in PROMPTS for _ in range(3)]
+    temperatures = torch.linspace(0.5, 2.0, len(prompts), dtype=torch.float64)
+    batch = generate_rollouts(
+        tiny_model, tiny_tokenizer, prompts, temperatures, 8, generator_seed=5
+    )
+    model = tiny_model.double().train()
+    calls = []
+    hook = model.model.register_forward_hook(
+        lambda m, i, kw, out: calls.append(1), with_kwargs=True
+    )
+    one_pass = grads_of(model, batch, temperatures, **options)
+    before = len(calls)
+    shared = grads_of(model, batch, temperatures, share_prompts=True, **options)
+    hook.remove()
+    assert len(calls) - before == 2 * before  # a prompt pass and a completion pass per micro-batch
+    assert any(g.abs().sum() > 0 for g in one_pass[2])  # the comparison is not vacuous
+    torch.testing.assert_close(shared[0], one_pass[0], atol=1e-8, rtol=0)
+    torch.testing.assert_close(shared[1], one_pass[1], atol=1e-8, rtol=0)
+    # HF's RMSNorm runs in float32 even in a float64 model, so the two paths' gradients part at
+    # float32 precision; a missing gradient path (e.g. through the copied prompt keys) would not.
+    for a, b in zip(shared[2], one_pass[2]):
+        torch.testing.assert_close(a, b, atol=1e-6 * float(b.abs().max()), rtol=0)
+
+
+def test_shared_prompt_forward_runs_each_distinct_prompt_once(tiny_model, tiny_tokenizer):
+    """The prompt pass sees one row per distinct prompt; without repeated prompts there is one pass,
+    bit for bit the unshared one."""
+    prompts = [p for p in PROMPTS for _ in range(4)]
+    batch = generate_rollouts(tiny_model, tiny_tokenizer, prompts, torch.ones(16), 6)
+    shapes = []
+    hook = tiny_model.model.register_forward_hook(
+        lambda m, i, kw, out: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    with torch.no_grad():
+        sequence_logprobs(tiny_model, batch, share_prompts=True)
+        distinct = batch.select(torch.arange(0, 16, 4))
+        alone = sequence_logprobs(tiny_model, distinct, share_prompts=True)[0]
+        plain = sequence_logprobs(tiny_model, distinct)[0]
+    hook.remove()
+    completion_width = batch.input_ids.shape[1] - batch.prompt_length
+    assert shapes[:2] == [(4, batch.prompt_length), (16, completion_width)]
+    assert shapes[2] == tuple(distinct.input_ids.shape)  # no repeats: the one-pass forward
+    assert torch.equal(alone, plain)
+
+
+def test_shared_prompt_forward_needs_the_key_value_cache(tiny_model, tiny_tokenizer):
+    batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 4)
+    tiny_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tiny_model.train()
+    with pytest.raises(RuntimeError, match="optim.share_prompt_forward"):
+        sequence_logprobs(tiny_model, batch, share_prompts=True)
