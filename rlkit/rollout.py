@@ -417,9 +417,10 @@ def _token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
 
-    The decoder gives the states (`_completion_states`); the output head then runs over ``chunk_size`` completion positions
-    at a time (None: all at once), so full-vocabulary logits exist for one chunk only. With
-    grad, each chunk is checkpointed: backward recomputes its logits instead of keeping them.
+    The decoder gives the states (`_completion_states`); the output head then runs over
+    ``chunk_size`` completion positions at a time (None: all at once), so full-vocabulary logits
+    exist for one chunk only. With grad, each chunk is checkpointed: backward recomputes its
+    logits instead of keeping them.
     """
     completion_width = input_ids.shape[1] - prompt_length
     lm = causal_lm(model)

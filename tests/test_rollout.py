@@ -319,6 +319,15 @@ def test_generation_restores_training_mode_and_validates_input(tiny_model, tiny_
         generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS, torch.ones(4), 3, top_p=0.0)
 
 
+def grads_of(model, batch, temperatures, **options):
+    """Log-probs, entropies and parameter gradients of one weighted sum of the log-probs."""
+    model.zero_grad()
+    logp, ent = sequence_logprobs(model, batch, temperatures, compute_entropy=True, **options)
+    weights = torch.linspace(-1, 1, logp.shape[1], dtype=logp.dtype)
+    (logp * weights).sum().backward()
+    return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
+
+
 @pytest.mark.parametrize("chunk_size", [1, 3, 7])
 def test_position_chunks_agree_with_one_pass_in_float64(tiny_model, tiny_tokenizer, chunk_size):
     """Log-probs, entropies and gradients over chunks of positions equal the one-pass values."""
@@ -327,16 +336,10 @@ def test_position_chunks_agree_with_one_pass_in_float64(tiny_model, tiny_tokeniz
         tiny_model, tiny_tokenizer, PROMPTS * 2, temperatures, 8, generator_seed=4
     )
     model = tiny_model.double().train()
-    results = []
-    for chunk in (None, chunk_size):
-        model.zero_grad()
-        logp, ent = sequence_logprobs(
-            model, batch, temperatures, compute_entropy=True, chunk_size=chunk
-        )
-        (logp * torch.linspace(-1, 1, logp.shape[1], dtype=torch.float64)).sum().backward()
-        grads = [p.grad.clone() for p in model.parameters()]
-        results.append((logp.detach(), ent, grads))
-    (full, full_ent, full_grads), (chunked, chunked_ent, chunked_grads) = results
+    full, full_ent, full_grads = grads_of(model, batch, temperatures)
+    chunked, chunked_ent, chunked_grads = grads_of(
+        model, batch, temperatures, chunk_size=chunk_size
+    )
     assert full.dtype == torch.float64
     torch.testing.assert_close(chunked, full, atol=1e-6, rtol=0)
     torch.testing.assert_close(chunked_ent, full_ent, atol=1e-6, rtol=0)
@@ -379,15 +382,6 @@ def test_generation_in_row_batches_matches_one_call(tiny_model, tiny_tokenizer):
     torch.testing.assert_close(
         sequence_logprobs(tiny_model, parts)[0], sequence_logprobs(tiny_model, whole)[0]
     )
-
-
-def grads_of(model, batch, temperatures, **options):
-    """Log-probs, entropies and parameter gradients of one weighted sum of the log-probs."""
-    model.zero_grad()
-    logp, ent = sequence_logprobs(model, batch, temperatures, compute_entropy=True, **options)
-    weights = torch.linspace(-1, 1, logp.shape[1], dtype=logp.dtype)
-    (logp * weights).sum().backward()
-    return logp.detach(), ent, [p.grad.clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("options", [{}, {"micro_batch_size": 5, "chunk_size": 3}])
