@@ -202,3 +202,30 @@ def test_qlora_frozen_weights_run_in_the_compute_dtype_and_every_lora_b_trains(b
     grads = {n: p.grad for n, p in model.named_parameters() if "lora_B" in n}
     assert len(grads) == 2 * len(LINEAR_NAMES)
     assert all(g is not None and g.abs().sum() > 0 for g in grads.values()), grads.keys()
+
+
+def test_shared_prompt_forward_gives_the_same_lora_gradients_through_4bit_layers(
+    tiny_4bit_model_dir,
+):
+    """`optim.share_prompt_forward` through NF4 layers (without checkpointing, which it excludes):
+    log-probs and every LoRA gradient equal the one-pass values up to float rounding."""
+    import dataclasses
+
+    spec = dataclasses.replace(qlora_spec(tiny_4bit_model_dir), gradient_checkpointing=False)
+    policy = load_policy(spec)
+    batch = generate_rollouts(
+        policy.model, policy.tokenizer, PROMPTS * 2, torch.ones(8), 12, generator_seed=0
+    )  # every prompt twice
+    results = []
+    for share in (False, True):
+        policy.model.zero_grad()
+        logp, _ = sequence_logprobs(policy.model, batch, batch.temperatures, share_prompts=share)
+        (logp.sum() / batch.completion_mask.sum()).backward()
+        lora = {n: p.grad.clone() for n, p in policy.model.named_parameters() if "lora_" in n}
+        results.append((logp.detach(), lora))
+    (plain, plain_grads), (shared, shared_grads) = results
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    assert len(plain_grads) == 4 * len(LINEAR_NAMES)
+    for name, grad in plain_grads.items():
+        assert bool(grad.abs().sum() > 0) or "lora_A" in name, name  # B starts at 0: A's grad is 0
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-6, rtol=1e-4)
