@@ -535,6 +535,25 @@ def check_combination(cfg: TrainConfig) -> None:
         )
 
 
+def inactive_clips(cfg: TrainConfig) -> list[str]:
+    """The clip settings the user chose that cannot change training (docs/algorithms.md §4).
+
+    With one update epoch over one mini-batch the only update happens at π_θ = π_old, where the
+    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip and AGPO's
+    adaptive clip; the default symmetric ε is left out, since nothing was asked of it."""
+    rows = cfg.rollout.num_prompts * cfg.rollout.group_size
+    if cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
+        return []
+    loss, clips = cfg.loss, []
+    if loss.eps_high != loss.eps_low:
+        clips.append(f"loss.eps_high={loss.eps_high:g} (loss.eps_low={loss.eps_low:g})")
+    if loss.dual_clip is not None:
+        clips.append(f"loss.dual_clip={loss.dual_clip:g}")
+    if cfg.agpo.enabled and cfg.agpo.adaptive_clip:
+        clips.append("agpo.adaptive_clip=true")
+    return clips
+
+
 def _looks_local(name_or_path: str) -> bool:
     """A filesystem path rather than a hub id (``org/name``): absolute, ``./``/``~``-relative,
     or more than one ``/``."""

@@ -21,6 +21,7 @@ import math
 import random
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from tqdm.auto import tqdm
 
 from rlkit.advantages import get_estimator
 from rlkit.checkpoint import load_checkpoint, save_checkpoint
-from rlkit.config import BUILTIN_MODEL, TrainConfig
+from rlkit.config import BUILTIN_MODEL, TrainConfig, inactive_clips
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
@@ -252,6 +253,14 @@ class Trainer:
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
+        if clips := inactive_clips(cfg):
+            warnings.warn(
+                f"{', '.join(clips)} cannot act: one update epoch over one mini-batch updates "
+                "only at π_θ = π_old, where the ratio is 1 and no clip binds; set "
+                "optim.mini_batch_size below the batch's rows or optim.update_epochs above 1 "
+                "(docs/algorithms.md §4)",
+                stacklevel=2,
+            )
         warn_long_prompts(
             self.train_problems + self.eval_problems,
             self.policy.tokenizer,

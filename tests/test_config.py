@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlkit.config import TrainConfig, load_config, preset_names
+from rlkit.config import TrainConfig, inactive_clips, load_config, preset_names
 
 
 def test_presets_load():
@@ -121,3 +121,21 @@ def test_shared_prompt_forward_refuses_gradient_checkpointing():
             "tiny-cpu", ["optim.share_prompt_forward=true", "model.gradient_checkpointing=true"]
         )
     assert load_config("tiny-cpu", ["optim.share_prompt_forward=true"]).optim.share_prompt_forward
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], []),  # the default symmetric ε: nothing was asked of it
+        (["loss.eps_high=0.28"], ["loss.eps_high=0.28 (loss.eps_low=0.2)"]),
+        (["loss.dual_clip=3"], ["loss.dual_clip=3"]),
+        (["algo.estimator=agpo", "agpo.enabled=true"], ["agpo.adaptive_clip=true"]),
+        (["algo.estimator=agpo", "agpo.enabled=true", "agpo.adaptive_clip=false"], []),
+        (["loss.dual_clip=3", "optim.mini_batch_size=256"], ["loss.dual_clip=3"]),  # all rows
+        (["loss.dual_clip=3", "optim.mini_batch_size=64"], []),  # 4 mini-batches of 256 rows
+        (["loss.eps_high=0.28", "optim.update_epochs=2"], []),
+    ],
+)
+def test_clips_that_cannot_act_are_named(overrides, expected):
+    """tiny-cpu: 32 prompts × 8 = 256 rows, one epoch over one mini-batch (docs/algorithms.md §4)."""
+    assert inactive_clips(load_config("tiny-cpu", overrides)) == expected

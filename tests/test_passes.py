@@ -5,6 +5,7 @@ those of the full path (`optim.skip_redundant_passes=false`), up to float roundi
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -188,3 +189,14 @@ def test_shared_prompt_forward_runs_each_prompt_once_in_training(tmp_path, tiny_
     # after generation: the training forward as a prompt pass over the distinct prompts and a
     # completion pass over every row, then the one-row finiteness check (nothing to share)
     assert rows_seen[-3:] == [prompts, prompts * group, 1]
+
+
+def test_a_clip_that_cannot_act_is_warned_about(tmp_path, tiny_model_dir):
+    """4 prompts × 4 = 16 rows in one mini-batch: clip-higher is named; in 2 mini-batches it acts."""
+    with pytest.warns(UserWarning, match=r"loss.eps_high=0.28 \(loss.eps_low=0.2\) cannot act"):
+        Trainer(make_config(tmp_path / "one", tiny_model_dir, "loss.eps_high=0.28")).close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        overrides = ("loss.eps_high=0.28", "optim.mini_batch_size=8")
+        Trainer(make_config(tmp_path / "two", tiny_model_dir, *overrides)).close()
+    assert not [w for w in caught if "cannot act" in str(w.message)]
