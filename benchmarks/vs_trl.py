@@ -258,6 +258,10 @@ def measure(name: str, args, cache: Path, overrides: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# each rlkit arm's key prefix for its per-repetition ratios to TRL in the result
+RATIO_PREFIX = {"rlkit": "ratio", "rlkit+": "ratio_variant"}
+
+
 def arms(args) -> dict[str, list[str] | None]:
     """The runs to alternate: rlkit (with ``--rlkit`` overrides), TRL, and with ``--variant``
     a second rlkit arm, ``rlkit+``, with those overrides on top."""
@@ -285,9 +289,8 @@ def compare(args) -> dict:
         rates = {name: [r[key] for r in rs] for name, rs in runs.items()}
         result[key] = rates
         for name in (n for n in names if n != "trl"):
-            suffix = "" if name == "rlkit" else "_variant"
             ratios = [a / b for a, b in zip(rates[name], rates["trl"])]
-            result[f"ratio{suffix}_{key}"] = ratios
+            result[f"{RATIO_PREFIX[name]}_{key}"] = ratios
     return result
 
 
@@ -304,13 +307,13 @@ def report(result: dict, args) -> str:
         wall = median_range(result["completions_per_s"][name])
         cpu = median_range(result["completions_per_cpu_s"][name])
         lines.append(f"{name:8s} {wall:>24s} {cpu:>24s}   {loads}")
-    for name, suffix in (("rlkit", ""), ("rlkit+", "_variant")):
+    for name, prefix in RATIO_PREFIX.items():
         if name in result["runs"]:
             extra = f" ({' '.join(result['arms'][name])})" if result["arms"][name] else ""
             lines.append(
                 f"{name} / TRL per repetition{extra}: "
-                f"wall {median_range(result[f'ratio{suffix}_completions_per_s'])}, "
-                f"CPU time {median_range(result[f'ratio{suffix}_completions_per_cpu_s'])}"
+                f"wall {median_range(result[f'{prefix}_completions_per_s'])}, "
+                f"CPU time {median_range(result[f'{prefix}_completions_per_cpu_s'])}"
             )
     return "\n".join(lines)
 
