@@ -1,0 +1,109 @@
+"""The golden runs of tests/golden/make_golden.py reproduce byte for byte (``time/*`` aside).
+
+Each case's ``metrics.jsonl`` under today's code must equal the stored file, which the recorded
+code wrote. Float results depend on the CPU's kernels and the library versions, so the stored
+files are the reference only on a machine with the recorded fingerprint
+(tests/golden/fingerprint.json). Elsewhere the reference is regenerated here by the code of the
+commit that last wrote each golden file (``git archive`` of it, run in a subprocess), so the test
+neither passes silently nor fails spuriously on another CPU; without that history (a shallow
+clone, no git) it is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden"
+_spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
+make_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_golden)
+NAMES = [*make_golden.CASES, "resume"]
+
+
+def git(*args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=GOLDEN, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        pytest.skip(f"golden reference: `git {' '.join(args)}` failed: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def recorded_commits() -> dict[str, list[str]]:
+    """Commit → the golden cases it last wrote (their reference code)."""
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("golden reference: a shallow clone lacks the commits that wrote the goldens")
+    if git("status", "--porcelain", "--", "*.jsonl", make_golden.FIXTURE):
+        pytest.skip("golden reference: golden files with uncommitted changes; commit them first")
+    commits: dict[str, list[str]] = {}
+    for name in NAMES:
+        commit = git("log", "-1", "--format=%H", "--", f"{name}.jsonl")
+        if not commit:
+            pytest.skip(f"golden reference: {name}.jsonl was never committed")
+        commits.setdefault(commit, []).append(name)
+    return commits
+
+
+def regenerate(work: Path) -> dict[str, str]:
+    """Each case run by the code of the commit that last wrote its golden file, on this machine."""
+    out, root = {}, git("rev-parse", "--show-toplevel")
+    for commit, names in recorded_commits().items():
+        source = work / commit[:12]
+        source.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        ).stdout
+        (work / "src.tar").write_bytes(archive)
+        with tarfile.open(work / "src.tar") as tar:
+            tar.extractall(source, filter="data")
+        env = os.environ | {"PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
+        script = source / "tests" / "golden" / "make_golden.py"
+        ref = work / f"ref-{commit[:12]}"
+        args = [sys.executable, str(script), "--only", ",".join(names), "--out", str(ref)]
+        run = subprocess.run(args, env=env, cwd=source, capture_output=True, text=True)
+        if run.returncode != 0:
+            pytest.fail(f"regenerating the goldens at {commit[:12]} failed:\n{run.stderr[-3000:]}")
+        out |= {name: (ref / f"{name}.jsonl").read_text() for name in names}
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, str]:
+    recorded = json.loads((GOLDEN / make_golden.FINGERPRINT).read_text())
+    if recorded == make_golden.fingerprint():
+        return {name: (GOLDEN / f"{name}.jsonl").read_text() for name in NAMES}
+    return regenerate(tmp_path_factory.mktemp("golden-reference"))
+
+
+def first_difference(got: str, want: str) -> str:
+    for got_row, want_row in zip(got.splitlines(), want.splitlines(), strict=False):
+        if got_row != want_row:
+            a, b = json.loads(got_row), json.loads(want_row)
+            if list(a) != list(b):
+                return f"step {b.get('step')}: keys {list(a)} != {list(b)}"
+            key = next(k for k in b if a[k] != b[k])
+            return f"step {b['step']}: {key} = {a[key]!r}, golden {b[key]!r}"
+    return f"{len(got.splitlines())} rows, golden {len(want.splitlines())}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_run_is_reproduced_byte_for_byte(name, reference, tmp_path):
+    got = make_golden.run_case(name, tmp_path)
+    assert got == reference[name], f"{name}: {first_difference(got, reference[name])}"
+
+
+def test_the_fixture_resumes_into_the_uninterrupted_run():
+    """The resume golden is the uninterrupted 4-step run (make_golden --fixture checked it when
+    it wrote the fixture); the fixture holds that run's rows up to its checkpoint."""
+    fixture = make_golden.cleaned(GOLDEN / make_golden.FIXTURE / "metrics.jsonl")
+    resumed = (GOLDEN / "resume.jsonl").read_text()
+    assert resumed.startswith(fixture) and len(fixture.splitlines()) == 2
