@@ -140,39 +140,49 @@ class HashScorer:
 
 
 class PhaseMeter:
-    """Wraps trainer methods: seconds and (on CUDA) the peak allocated bytes of each phase.
+    """A ``Trainer.phases`` hook: seconds and (on CUDA) the peak allocated bytes of the phases in
+    :attr:`ROWS`, under the row names of the results table.
 
-    A call made while another measured phase runs (the update's no-grad finiteness probe calls
-    ``logprobs``) is not measured: resetting CUDA's peak counter there would hide the outer
-    phase's peak. (The first H200 run, 2026-11-30, had that defect in its update row.)
+    A phase entered while another measured phase runs (the update's no-grad finiteness check) is
+    not measured: resetting CUDA's peak counter there would hide the outer phase's peak. (The
+    first H200 run, 2026-11-30, had that defect in its update row.)
     """
+
+    # trainer phase → row: the no-grad log-prob passes (π_old, reference, AGPO's step KL) are
+    # one row; the optimizer loop is the update
+    ROWS = {
+        "generate": "generation",
+        "old": "logprob",
+        "reference": "logprob",
+        "step_kl": "logprob",
+        "train": "update",
+    }
 
     def __init__(self, cuda: bool):
         self.cuda = cuda
         self.active = False
         self.records: dict[str, list[tuple[float, float | None]]] = {}
 
-    def wrap(self, name: str, fn, only_without_grad: bool = False):
-        def measured(*args, **kwargs):
-            if self.active or (only_without_grad and torch.is_grad_enabled()):
-                return fn(*args, **kwargs)
-            if self.cuda:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-            self.active = True
-            start = time.perf_counter()
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                self.active = False
-            peak = None
-            if self.cuda:
-                torch.cuda.synchronize()
-                peak = torch.cuda.max_memory_allocated()
-            self.records.setdefault(name, []).append((time.perf_counter() - start, peak))
-            return out
-
-        return measured
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        name = self.ROWS.get(phase)
+        if name is None or self.active:
+            yield
+            return
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        self.active = True
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.active = False
+        peak = None
+        if self.cuda:
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        self.records.setdefault(name, []).append((time.perf_counter() - start, peak))
 
     def peak(self, name: str) -> float | None:
         peaks = [p for _, p in self.records.get(name, []) if p is not None]
@@ -299,21 +309,16 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     load_s = time.perf_counter() - t0
     log(name, "loaded in 4-bit through Trainer", begin)
     loaded = torch.cuda.memory_allocated() if cuda else None
-    trainer.train_problems = problems(config, prompt_tokens)
-    trainer.sampler = PromptSampler(trainer.train_problems, "shuffle", cfg.seed)
-    trainer.scorer = HashScorer()
+    train_problems = problems(config, prompt_tokens)
+    trainer.sampler = PromptSampler(train_problems, "shuffle", cfg.seed)
+    trainer.collector.scorer = HashScorer()
 
     meter = PhaseMeter(cuda)
-    trainer.draw_groups = meter.wrap("generation", trainer.draw_groups)
-    trainer.logprobs = meter.wrap("logprob", trainer.logprobs, only_without_grad=True)
-    trainer.update = meter.wrap("update", trainer.update)
-    norms, model, step_fn = [], trainer.policy.model, trainer.optimizer.step
-
-    def step_with_norms(*a, **k):
-        norms.append(lora_grad_norms(model))
-        return step_fn(*a, **k)
-
-    trainer.optimizer.step = step_with_norms
+    trainer.phases.add_hook(meter)
+    norms, model = [], trainer.policy.model
+    trainer.update.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: norms.append(lora_grad_norms(model))
+    )
     steps = []
     for _ in range(2):
         steps.append(trainer.step())
@@ -321,16 +326,14 @@ def run_model(name: str, args, work_dir: Path) -> dict:
     resident = torch.cuda.memory_allocated() if cuda else None
     variants = {}
     if args.variant_tokens:
-        texts = [
-            p.prompt for p in trainer.train_problems[: args.prompts] for _ in range(args.group_size)
-        ]
+        texts = [p.prompt for p in train_problems[: args.prompts] for _ in range(args.group_size)]
         variants = generation_variants(trainer, texts, args.variant_tokens)
         log(name, f"generation variants: {variants}", begin)
 
     last = steps[-1]
     tokens = float(last["completions/mean_length"]) * rows
     settings = plan.settings()
-    entropy = cfg.agpo.enabled or cfg.log_entropy
+    entropy = plan.passes.entropy
     chunk = settings["optim.logprob_chunk_size"]
     lora_bytes = plan.shape.lora_params * 4  # one fp32 copy of the adapter
     phases = {  # measured (None on the CPU), plan

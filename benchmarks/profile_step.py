@@ -1,8 +1,10 @@
 """Where an rlkit step spends its time: torch.profiler over a few steps at a vs_trl shape.
 
-Prints the operators by total CPU time, with the step's phases (``PHASE_generate``,
-``PHASE_update``, ``PHASE_check_finite`` and, with AGPO, ``PHASE_step_kl``) as labelled ranges, so
-the per-phase split and per-operator call counts can be read off one table.
+Prints the operators by total CPU time, with the step's phases (``rlkit.phases``: ``PHASE_generate``
+with ``PHASE_score`` inside, ``PHASE_update`` with ``PHASE_old``, ``PHASE_reference``,
+``PHASE_train``, ``PHASE_check_finite`` and, with AGPO, ``PHASE_step_kl`` inside) as labelled
+ranges, through a phase hook, so the per-phase split and per-operator call counts can be read off
+one table.
 
     python benchmarks/profile_step.py --shape tiny
     python benchmarks/profile_step.py --shape llama11m --steps 1 algo.estimator=agpo agpo.enabled=true
@@ -19,16 +21,7 @@ from timing import set_threads
 from torch.profiler import ProfilerActivity, profile, record_function
 from vs_trl import SHAPES, model_dir, rlkit_config
 
-import rlkit.trainer as trainer_module
 from rlkit.trainer import Trainer
-
-
-def labelled(name: str, fn):
-    def wrapped(*args, **kwargs):
-        with record_function(f"PHASE_{name}"):
-            return fn(*args, **kwargs)
-
-    return wrapped
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -46,10 +39,7 @@ def main(argv: list[str] | None = None) -> str:
     path = model_dir(shape.model, Path(args.cache))
     with tempfile.TemporaryDirectory() as out_dir:
         trainer = Trainer(rlkit_config(path, shape, Path(out_dir), args.overrides))
-        generate = trainer_module.generate_in_batches
-        trainer_module.generate_in_batches = labelled("generate", generate)
-        for name in ("update", "check_finite_policy", "step_kl"):
-            setattr(trainer, name, labelled(name.removesuffix("_policy"), getattr(trainer, name)))
+        trainer.phases.add_hook(lambda name: record_function(f"PHASE_{name}"))
         try:
             for _ in range(args.warmup):
                 trainer.step()
@@ -57,7 +47,6 @@ def main(argv: list[str] | None = None) -> str:
                 for _ in range(args.steps):
                     trainer.step()
         finally:
-            trainer_module.generate_in_batches = generate
             trainer.close()
     table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=args.rows)
     print(f"shape {args.shape}, {args.steps} profiled step(s), {args.threads} thread(s)")

@@ -76,6 +76,10 @@ class AdvantageEstimator:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
+    def metrics(self, result: AdvantageResult) -> dict:
+        """The estimator's own logged signals (after the common keys; docs/algorithms.md §5)."""
+        return {}
+
     def state_dict(self) -> dict:
         return {}
 
@@ -286,6 +290,15 @@ class EBPO(AdvantageEstimator):
             "tau2": self.group_mean_moments.variance[0],
         }
         return whiten(raw, self.whitening, self.whiten_eps), diagnostics
+
+    def metrics(self, result: AdvantageResult) -> dict:
+        d = result.diagnostics
+        return {
+            "ebpo/shrinkage_mean": d["shrinkage"].mean(),
+            "ebpo/mu_glob": d["mu_glob"],
+            "ebpo/sigma2": d["sigma2"],
+            "ebpo/tau2": d["tau2"],
+        }
 
     def state_dict(self) -> dict:
         return {

@@ -24,7 +24,8 @@ from pathlib import Path
 def _train(args) -> None:
     from rlkit.config import load_config
     from rlkit.rundir import saved_config
-    from rlkit.trainer import NonFiniteError, Trainer
+    from rlkit.trainer import Trainer
+    from rlkit.update import NonFiniteError
 
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")

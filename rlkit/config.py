@@ -233,11 +233,11 @@ class OptimConfig:
     logprob_micro_batch_size: int = 0  # sequences per no-grad log-prob pass; 0 = micro_batch_size
     logprob_chunk_size: int = 0  # completion positions per output-head call; 0 = all at once
     # Skip the passes the run does not need: the reference pass (and mode=full's frozen copy)
-    # when kl_coef = 0, and π_old's pass when the update is on-policy (Trainer.on_policy_update).
+    # when kl_coef = 0, and π_old's pass when the update is on-policy (rlkit.logprobs.PassPlan).
     # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
     skip_redundant_passes: bool = True
     # Every forward runs each distinct prompt once and lets its G completions attend to the
-    # prompt's cached keys/values (rlkit.rollout._completion_states; docs/algorithms.md §4).
+    # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4).
     # Same results up to float rounding, so a run with it differs from one without in the last
     # bits; off by default so the published results reproduce bit for bit.
     share_prompt_forward: bool = False
@@ -533,25 +533,6 @@ def check_combination(cfg: TrainConfig) -> None:
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
             f"(got task.name={cfg.task.name!r})"
         )
-
-
-def inactive_clips(cfg: TrainConfig) -> list[str]:
-    """The clip settings the user chose that cannot change training (docs/algorithms.md §4).
-
-    With one update epoch over one mini-batch the only update happens at π_θ = π_old, where the
-    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip and AGPO's
-    adaptive clip; the default symmetric ε is left out, since nothing was asked of it."""
-    rows = cfg.rollout.num_prompts * cfg.rollout.group_size
-    if cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
-        return []
-    loss, clips = cfg.loss, []
-    if loss.eps_high != loss.eps_low:
-        clips.append(f"loss.eps_high={loss.eps_high:g} (loss.eps_low={loss.eps_low:g})")
-    if loss.dual_clip is not None:
-        clips.append(f"loss.dual_clip={loss.dual_clip:g}")
-    if cfg.agpo.enabled and cfg.agpo.adaptive_clip:
-        clips.append("agpo.adaptive_clip=true")
-    return clips
 
 
 def _looks_local(name_or_path: str) -> bool:

@@ -60,7 +60,7 @@ def measure(
             trainer.policy.model,
             trainer.policy.tokenizer,
             problems,
-            trainer.scorer,
+            trainer.collector.scorer,
             k=k,
             temperature=cfg.rollout.temperature,
             max_new_tokens=cfg.rollout.max_new_tokens,

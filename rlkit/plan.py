@@ -38,6 +38,8 @@ from pathlib import Path
 import torch
 
 from rlkit.config import BUILTIN_MODEL, TrainConfig
+from rlkit.logprobs import PassPlan
+from rlkit.methods import build_method
 
 SHIPPED_CONFIGS = Path(__file__).parent / "models" / "configs"
 SHIPPED = {
@@ -142,6 +144,7 @@ class MemoryPlan:
         if prompt_tokens < 1:
             raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
         self.cfg, self.shape, self.prompt_tokens = cfg, shape, prompt_tokens
+        self.passes = PassPlan.from_config(cfg, build_method(cfg))
         self.dtype_bytes = torch.empty((), dtype=cfg.model.dtype).element_size()
 
     # --------------------------------------------------------------- resident
@@ -241,7 +244,7 @@ class MemoryPlan:
 
     def phases(self) -> list[Phase]:
         cfg, k = self.cfg, self.settings()
-        entropy = cfg.agpo.enabled or cfg.log_entropy
+        entropy = self.passes.entropy
         out = [
             Phase("weights", self.weights(), "model.mode"),
             Phase(
@@ -293,7 +296,7 @@ class MemoryPlan:
         """The largest value of each chunk knob whose phase fits in ``budget`` bytes (0: none
         fits), at the configured log-prob chunk size."""
         cfg, chunk = self.cfg, self._chunk()
-        entropy = cfg.agpo.enabled or cfg.log_entropy
+        entropy = self.passes.entropy
         mini = cfg.optim.mini_batch_size or self.rows
         return {
             "rollout.generation_batch_size": _largest(

@@ -1,13 +1,12 @@
-"""Rollouts with one sampling temperature per row, and log-probs at that temperature (docs/algorithms.md §3).
+"""Rollouts with one sampling temperature per row (docs/algorithms.md §3).
 
 AGPO samples each prompt's training group at its own temperature τ_t (docs/algorithms.md §3 step 3), and rlkit
 computes the importance ratio with log-probs *at that temperature* (`ratio_temperature: sampling`,
-fixing a flaw of the authors' code). Three pieces:
+fixing a flaw of the authors' code; the training forward is `rlkit.logprobs.sequence_logprobs`).
+Two pieces here:
 
 - `RowTemperatureLogitsProcessor` divides row b's logits by T_b inside HF `generate`;
-- `generate_rollouts` samples completions and lays them out as a `RolloutBatch`;
-- `sequence_logprobs` recomputes log π(y_t | y_<t) / T per completion token (with or without
-  grad) and, optionally, the full-vocabulary entropy at T = 1 (docs/algorithms.md §3 step 4).
+- `generate_rollouts` samples completions and lays them out as a `RolloutBatch`.
 
 Order of logits processors (checked in transformers 5.24, `GenerationMixin._get_logits_processor`):
 user processors passed as `logits_processor=` are merged in *after* HF's built-in processors
@@ -24,12 +23,10 @@ top-k 0, top-p 1, ...) and passes its own chain [row temperature, top-k, top-p],
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
 import torch
-import torch.utils.checkpoint
 from transformers import (
     LogitsProcessor,
     LogitsProcessorList,
@@ -37,8 +34,6 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
-
-from rlkit.losses import entropy_from_logits
 
 # Generation options that leave the model's distribution untouched. They override whatever the
 # model's generation_config.json sets, so the only processors applied are the ones passed here.
@@ -146,7 +141,7 @@ class RolloutBatch:
         return replace(self, completion_texts=on_texts(self.completion_texts), **changed)
 
 
-def _model_device(model: torch.nn.Module) -> torch.device:
+def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
@@ -223,7 +218,7 @@ def generate_rollouts(
     if not greedy and not bool((temperatures > 0).all()):
         raise ValueError(f"temperatures must be all > 0 (or all 0 for greedy), got {temperatures}")
 
-    device = _model_device(model)
+    device = model_device(model)
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left").to(device)
     eos_ids = _eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
@@ -298,209 +293,6 @@ def generate_in_batches(
     return concat_rollouts(
         parts, pad_id if pad_id is not None else _eos_token_ids(model, tokenizer)[0]
     )
-
-
-def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
-    """The HF causal LM inside ``model`` (a peft wrapper's base model, with its LoRA layers)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def _output_head(lm: torch.nn.Module) -> torch.nn.Module:
-    """The output projection, applied here as a plain linear map of the final hidden states."""
-    for name in ("final_logit_softcapping", "logit_scale"):
-        if getattr(lm.config, name, None) not in (None, 1.0):
-            raise ValueError(
-                f"sequence_logprobs applies the output head as a plain linear map, but the model's "
-                f"config sets {name}={getattr(lm.config, name)!r}"
-            )
-    return lm.get_output_embeddings()
-
-
-def _chunk_logprobs(
-    head: torch.nn.Module,
-    states: torch.Tensor,
-    targets: torch.Tensor,
-    temperatures: torch.Tensor,
-    compute_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(z / T)[y] and, optionally, H(softmax(z)) for one chunk of positions.
-
-    ``states`` may hold one position more than ``targets`` (the last one predicts past the end
-    and is dropped). The logits are divided by T in place: the only [B, C, V] tensors alive are
-    the chunk's logits and the logsumexp's workspace.
-    """
-    logits = head(states)[:, : targets.shape[1]]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    entropy = None
-    if compute_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
-    logits.div_(temperatures[:, None, None])
-    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return logp, entropy
-
-
-def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that follow the attention mask, so left padding does not shift positions."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def _completion_states(
-    lm: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    prompt_length: int,
-    share_prompts: bool,
-) -> torch.Tensor:
-    """Final hidden states from position ``prompt_length - 1`` on, [B, Lc + 1, H]: position t
-    predicts completion token t.
-
-    ``share_prompts``: rows with the same prompt (a group's G completions) share its forward. Each
-    distinct prompt runs through the decoder once; its keys and values are then copied to its rows,
-    and the completion positions attend to them. Causal attention makes the prompt's states
-    independent of the completion, so this is the same computation as one pass over every row
-    (equal up to float rounding; gradients reach the prompt positions through the copies), with the
-    prompt positions costing 1/G of theirs, forward and backward.
-    """
-    decoder = lm.get_decoder()
-    positions = _positions(attention_mask)
-    if share_prompts:
-        prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
-        distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
-        if len(distinct) < len(prompts):
-            prompt_mask = distinct[:, prompt_length:]
-            prefix = decoder(
-                input_ids=distinct[:, :prompt_length],
-                attention_mask=prompt_mask,
-                position_ids=_positions(prompt_mask),
-                use_cache=True,
-            )
-            cache = getattr(prefix, "cache", None)  # `past_key_values` before transformers 5
-            cache = cache if cache is not None else getattr(prefix, "past_key_values", None)
-            if cache is None or cache.get_seq_length() != prompt_length:
-                raise RuntimeError(
-                    "optim.share_prompt_forward needs the decoder's key/value cache, and "
-                    f"{type(decoder).__name__} returned none for the prompts (gradient "
-                    "checkpointing drops it); set optim.share_prompt_forward=false"
-                )
-            cache.batch_select_indices(row_prompt)  # each row gets its prompt's keys and values
-            completion = decoder(
-                input_ids=input_ids[:, prompt_length:],
-                attention_mask=attention_mask,
-                position_ids=positions[:, prompt_length:],
-                use_cache=True,
-                **{_cache_keyword(decoder): cache},
-            ).last_hidden_state
-            return torch.cat([prefix.last_hidden_state[row_prompt, -1:], completion], dim=1)
-    hidden = decoder(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
-    ).last_hidden_state
-    return hidden[:, prompt_length - 1 :]
-
-
-def _cache_keyword(decoder: torch.nn.Module) -> str:
-    """The decoder's name for a key/value cache argument: ``cache`` (transformers 5.x) or
-    ``past_key_values`` (4.x; deprecated in 5.x)."""
-    parameters = inspect.signature(decoder.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
-def _token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    prompt_length: int,
-    temperatures: torch.Tensor,
-    compute_entropy: bool,
-    chunk_size: int | None,
-    share_prompts: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
-
-    The decoder gives the states (`_completion_states`); the output head then runs over
-    ``chunk_size`` completion positions at a time (None: all at once), so full-vocabulary logits
-    exist for one chunk only. With grad, each chunk is checkpointed: backward recomputes its
-    logits instead of keeping them.
-    """
-    completion_width = input_ids.shape[1] - prompt_length
-    lm = causal_lm(model)
-    states = _completion_states(lm, input_ids, attention_mask, prompt_length, share_prompts)
-    targets = input_ids[:, prompt_length:]
-    head = _output_head(lm)
-    step = chunk_size or completion_width + 1
-    recompute = chunk_size is not None and torch.is_grad_enabled()
-    logps, entropies = [], []
-    for start in range(0, completion_width, step):
-        args = (head, states[:, start : start + step], targets[:, start : start + step])
-        if recompute:
-            logp, entropy = torch.utils.checkpoint.checkpoint(
-                _chunk_logprobs, *args, temperatures, compute_entropy, use_reentrant=False
-            )
-        else:
-            logp, entropy = _chunk_logprobs(*args, temperatures, compute_entropy)
-        logps.append(logp)
-        entropies.append(entropy)
-    if len(logps) == 1:
-        return logps[0], entropies[0]
-    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
-
-
-def sequence_logprobs(
-    model: torch.nn.Module,
-    batch: RolloutBatch,
-    temperatures: torch.Tensor | None = None,
-    compute_entropy: bool = False,
-    micro_batch_size: int | None = None,
-    chunk_size: int | None = None,
-    share_prompts: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
-
-    `temperatures` [B] (None = 1 for every row) scale the logits before the softmax, matching
-    how the completions were sampled. With `compute_entropy`, also returns the entropy (nats)
-    of the full-vocabulary distribution at T = 1 (docs/algorithms.md §3 step 4), without grad. Positions
-    outside `completion_mask` are 0. Runs with grad unless the caller wraps it in no_grad.
-    Position ids follow the attention mask, so left padding does not shift positions.
-    Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees
-    ``chunk_size`` completion positions at a time (None: all of them), so the largest
-    full-vocabulary tensor is [micro_batch_size, chunk_size, V]. ``share_prompts``: rows of a
-    micro-batch with the same prompt share its forward (`_completion_states`).
-    """
-    rows = len(batch)
-    device = _model_device(model)
-    if temperatures is None:
-        temperatures = torch.ones(rows)
-    temperatures = torch.as_tensor(temperatures, dtype=torch.float32).to(device)
-    if temperatures.shape != (rows,) or not bool((temperatures > 0).all()):
-        raise ValueError(
-            f"temperatures must be [{rows}] values > 0, got shape {tuple(temperatures.shape)}"
-        )
-    step = micro_batch_size or rows
-    if step < 1:
-        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1 (or None), got {chunk_size}")
-
-    batch = batch.to(device)
-    logps, entropies = [], []
-    for start in range(0, rows, step):
-        part = slice(start, start + step)
-        logp, entropy = _token_logprobs(
-            model,
-            batch.input_ids[part],
-            batch.attention_mask[part],
-            batch.prompt_length,
-            temperatures[part],
-            compute_entropy,
-            chunk_size,
-            share_prompts,
-        )
-        logps.append(logp)
-        entropies.append(entropy)
-    mask = batch.completion_mask
-    logp = torch.cat(logps).masked_fill(~mask, 0.0)
-    entropy = torch.cat(entropies).masked_fill(~mask, 0.0) if compute_entropy else None
-    return logp, entropy
 
 
 def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBatch:

@@ -7,7 +7,7 @@ temporary directory and sent with a fresh adapter id, never merged into the 4-bi
 parameters, so AGPO's per-prompt temperatures (docs/algorithms.md §3 step 3) reach vLLM
 unchanged (temperature, then top-k, then top-p, as in `rlkit.rollout`). vLLM shares the GPU with training: it may take
 ``rollout.vllm_memory`` of the card for weights and KV cache. Log-probs for the loss still come
-from the training model (`rlkit.rollout.sequence_logprobs`); the completions come back in the
+from the training model (`rlkit.logprobs.sequence_logprobs`); the completions come back in the
 `RolloutBatch` layout of `rlkit.rollout.generate_rollouts`.
 """
 

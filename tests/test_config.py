@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rlkit.config import TrainConfig, inactive_clips, load_config, preset_names
+from rlkit.config import TrainConfig, load_config, preset_names
+from rlkit.logprobs import PassPlan
+from rlkit.methods import build_method
 
 
 def test_presets_load():
@@ -138,4 +140,5 @@ def test_shared_prompt_forward_refuses_gradient_checkpointing():
 )
 def test_clips_that_cannot_act_are_named(overrides, expected):
     """tiny-cpu: 32 prompts × 8 = 256 rows, one epoch over one mini-batch (docs/algorithms.md §4)."""
-    assert inactive_clips(load_config("tiny-cpu", overrides)) == expected
+    cfg = load_config("tiny-cpu", overrides)
+    assert list(PassPlan.from_config(cfg, build_method(cfg)).inactive_clips) == expected

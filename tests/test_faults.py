@@ -22,7 +22,8 @@ import rlkit.trainer as trainer_module
 from rlkit.checkpoint import latest_checkpoint, save_checkpoint
 from rlkit.cli import main
 from rlkit.metrics import read_metrics
-from rlkit.trainer import NonFiniteError, Trainer
+from rlkit.trainer import Trainer
+from rlkit.update import NonFiniteError
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_agpo_previous_probe_state_loads_with_weights_only(tmp_path, tiny_model_
     cfg = make_config(tmp_path / "agpo", tiny_model_dir, *agpo)
     Trainer(cfg).train()
     resumed = Trainer(make_config(tmp_path / "agpo", tiny_model_dir, *agpo), resume=True)
-    assert resumed.step_count == 2 and "__batch__" in resumed.previous_stats
+    assert resumed.step_count == 2 and "__batch__" in resumed.method.previous_stats
     resumed.close()
 
 
@@ -284,7 +285,7 @@ def test_every_logged_step_is_an_integer(trained_run):
 )
 def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny_model_dir, method):
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3", *method))
-    trainer.scorer = PatternScorer()
+    trainer.collector.scorer = PatternScorer()
     with pytest.raises(NonFiniteError, match="non-finite log-probabilities; lower optim.lr"):
         trainer.train()
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_trainer import PatternScorer, make_config
 
-import rlkit.trainer as trainer_module
+import rlkit.logprobs as logprobs_module
 from rlkit.trainer import Trainer
 
 # A tiny model gives every pass the same arithmetic up to the order of the batch rows.
@@ -29,26 +29,26 @@ def run_steps(run_dir, model_dir, overrides, skip: bool, steps: int = 2, monkeyp
         *overrides,
     )
     trainer = Trainer(cfg)
-    trainer.scorer.close()
-    trainer.scorer = PatternScorer()
+    trainer.collector.scorer.close()
+    trainer.collector.scorer = PatternScorer()
     grads = []
-    trainer.optimizer.register_step_pre_hook(
+    trainer.update.optimizer.register_step_pre_hook(
         lambda opt, args, kwargs: grads.append(
             [p.grad.clone() for p in trainer.policy.trainable_parameters()]
         )
     )
     passes = []
-    counted = trainer_module.sequence_logprobs
+    counted = logprobs_module.sequence_logprobs
 
     def counting(*args, **kwargs):
         passes.append(1)
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "sequence_logprobs", counting)
+    monkeypatch.setattr(logprobs_module, "sequence_logprobs", counting)
     try:
         rows = [trainer.step() for _ in range(steps)]
     finally:
-        monkeypatch.setattr(trainer_module, "sequence_logprobs", counted)
+        monkeypatch.setattr(logprobs_module, "sequence_logprobs", counted)
         trainer.close()
     return rows, grads, trainer, len(passes)
 
@@ -125,7 +125,7 @@ def test_full_weights_keep_no_reference_copy_when_beta_is_zero(tmp_path, tiny_mo
 def test_off_policy_updates_keep_the_old_logprob_pass(tmp_path, tiny_model_dir, overrides):
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
     try:
-        assert not trainer.on_policy_update(16)
+        assert not trainer.passes.on_policy(16)
     finally:
         trainer.close()
 
@@ -133,7 +133,7 @@ def test_off_policy_updates_keep_the_old_logprob_pass(tmp_path, tiny_model_dir, 
 def test_one_epoch_one_mini_batch_is_on_policy(tmp_path, tiny_model_dir):
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.mini_batch_size=16"))
     try:
-        assert trainer.on_policy_update(16) and not trainer.on_policy_update(17)
+        assert trainer.passes.on_policy(16) and not trainer.passes.on_policy(17)
     finally:
         trainer.close()
 

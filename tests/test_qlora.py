@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from rlkit.cli import main
+from rlkit.logprobs import sequence_logprobs
 from rlkit.losses import kl_divergence
 from rlkit.models.loading import ModelSpec, QuantizedGradientError, load_policy
-from rlkit.rollout import generate_rollouts, sequence_logprobs
+from rlkit.rollout import generate_rollouts
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
+from rlkit.logprobs import sequence_logprobs
 from rlkit.rollout import (
     RolloutBatch,
     RowTemperatureLogitsProcessor,
     _completion_layout,
     generate_in_batches,
     generate_rollouts,
-    sequence_logprobs,
 )
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]

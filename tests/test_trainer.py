@@ -11,7 +11,8 @@ import torch
 from rlkit.advantages import ESTIMATORS
 from rlkit.config import load_config
 from rlkit.metrics import read_metrics
-from rlkit.trainer import NonFiniteError, Trainer
+from rlkit.trainer import Trainer
+from rlkit.update import NonFiniteError, PolicyUpdate
 
 
 def make_config(run_dir, model_dir, *overrides):
@@ -90,14 +91,15 @@ def test_ratio_temperature_option_changes_old_logprobs(tmp_path, tiny_model_dir)
     """AGPO's code used T = 1 in the ratio; rlkit defaults to each row's sampling temperature."""
     cfg = make_config(tmp_path, tiny_model_dir, "agpo.enabled=true", "loss.ratio_temperature=1.0")
     trainer = Trainer(cfg)
-    groups, _ = trainer.draw_groups()
+    groups, _ = trainer.collector.draw(trainer.sampler, trainer.method)
     groups.rollouts.temperatures[:] = 0.5
+    forward = trainer.forward
     assert torch.equal(
-        trainer.ratio_temperatures(groups.rollouts), torch.ones(len(groups.rollouts))
+        forward.ratio_temperatures(groups.rollouts), torch.ones(len(groups.rollouts))
     )
-    trainer.cfg.loss.ratio_temperature = "sampling"
+    forward.ratio_temperature = "sampling"
     assert torch.equal(
-        trainer.ratio_temperatures(groups.rollouts), torch.full((len(groups.rollouts),), 0.5)
+        forward.ratio_temperatures(groups.rollouts), torch.full((len(groups.rollouts),), 0.5)
     )
 
 
@@ -159,9 +161,9 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
 
 
 def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypatch):
-    import rlkit.trainer as trainer_module
+    import rlkit.update as update_module
 
-    real = trainer_module.clipped_surrogate
+    real = update_module.clipped_surrogate
     calls = {"n": 0}
 
     def nan_on_first_call(*args, **kwargs):
@@ -169,7 +171,7 @@ def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypa
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] == 1 else loss), stats
 
-    monkeypatch.setattr(trainer_module, "clipped_surrogate", nan_on_first_call)
+    monkeypatch.setattr(update_module, "clipped_surrogate", nan_on_first_call)
     Trainer(make_config(tmp_path / "once", tiny_model_dir, "steps=2")).train()
     rows = read_metrics(tmp_path / "once")
     assert (rows[1]["nonfinite_skips"], rows[1]["optimizer_steps"]) == (1, 0)
@@ -179,7 +181,7 @@ def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypa
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(trainer_module, "clipped_surrogate", always_nan)
+    monkeypatch.setattr(update_module, "clipped_surrogate", always_nan)
     cfg = make_config(tmp_path / "always", tiny_model_dir, "steps=5", "optim.max_nonfinite_skips=2")
     with pytest.raises(NonFiniteError, match="2 consecutive"):
         Trainer(cfg).train()
@@ -212,10 +214,10 @@ def test_dynamic_sampling_keeps_only_informative_groups(tmp_path, tiny_model_dir
         tmp_path, tiny_model_dir, "rollout.dynamic_sampling=true", "rollout.max_gen_batches=3"
     )
     trainer = Trainer(cfg)
-    trainer.scorer = PatternScorer()
-    groups, info = trainer.draw_groups()
+    trainer.collector.scorer = PatternScorer()
+    groups, info = trainer.collector.draw(trainer.sampler, trainer.method)
     # 4 prompts per batch, 2 informative each time: two generation batches fill the step
-    assert info == {"dapo/gen_batches": 2, "dapo/dropped_groups": 4}
+    assert (info.gen_batches, info.dropped) == (2, 4)
     assert len(groups.problems) == 4
     assert (groups.rewards.amax(1) != groups.rewards.amin(1)).all()
     assert groups.rollouts.input_ids.shape[0] == 4 * cfg.rollout.group_size
@@ -243,7 +245,7 @@ def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_4bit_m
         "steps=2",
     )
     trainer = Trainer(cfg)
-    trainer.scorer = PatternScorer()
+    trainer.collector.scorer = PatternScorer()
     base = {k: v.clone() for k, v in trainer.policy.model.state_dict().items() if "lora_" not in k}
     first = trainer.step()
     unmoved = [
@@ -259,7 +261,8 @@ def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_4bit_m
 
 def test_concat_rollouts_keeps_logprobs_of_every_row(tiny_model, tiny_tokenizer):
     """Batches of different prompt and completion widths stack without changing any row."""
-    from rlkit.rollout import concat_rollouts, generate_rollouts, sequence_logprobs
+    from rlkit.logprobs import sequence_logprobs
+    from rlkit.rollout import concat_rollouts, generate_rollouts
 
     short = generate_rollouts(
         tiny_model, tiny_tokenizer, ["1+2="] * 2, torch.ones(2), 3, generator_seed=0
@@ -360,7 +363,7 @@ def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, 
     must be computed in eval mode, so the ratio starts at exactly 1 and the drift before any
     update is 0. Checked at step 2, once B ≠ 0 (at step 1 the LoRA branch is 0 with or without
     dropout)."""
-    from rlkit.rollout import sequence_logprobs
+    from rlkit.logprobs import sequence_logprobs
 
     cfg = make_config(
         tmp_path,
@@ -373,22 +376,23 @@ def test_old_logprobs_and_step_kl_run_without_dropout(tmp_path, tiny_model_dir, 
         "agpo.enabled=true",
     )
     trainer = Trainer(cfg)
-    trainer.scorer = PatternScorer()
+    trainer.collector.scorer = PatternScorer()
     seen = []
-    update = trainer.update
+    update = PolicyUpdate.__call__
 
-    def checking_update(rollouts, advantages, old, ref_logp, temps, clip_radii):
-        old_logp = old.logp  # dropout is active: π_old has its own eval-mode pass
-        num_prompts = len(rollouts) // cfg.rollout.group_size
-        drift = trainer.step_kl(rollouts, old_logp, temps, num_prompts)
+    def checking_update(self, batch, clip, step):
+        old_logp = batch.old.logp  # dropout is active: π_old has its own eval-mode pass
+        drift = self.drift(batch, batch.old, step)
         trainer.policy.model.eval()
         with torch.no_grad():
-            eval_logp, _ = sequence_logprobs(trainer.policy.model, rollouts, temps)
+            eval_logp, _ = sequence_logprobs(
+                trainer.policy.model, batch.rollouts, batch.ratio_temps
+            )
         trainer.policy.model.train()
         seen.append((old_logp, eval_logp, drift))
-        return update(rollouts, advantages, old, ref_logp, temps, clip_radii)
+        return update(self, batch, clip, step)
 
-    monkeypatch.setattr(trainer, "update", checking_update)
+    monkeypatch.setattr(PolicyUpdate, "__call__", checking_update)
     trainer.step()
     trainer.step()
     old_logp, eval_logp, drift = seen[-1]
@@ -409,7 +413,7 @@ def test_agpo_dispersion_drives_the_agpo_estimator(tmp_path, tiny_model_dir):
     from rlkit.advantages import get_estimator
 
     cfg = make_config(tmp_path, tiny_model_dir, "algo.estimator=agpo", "agpo.dispersion=mad")
-    estimator = Trainer(cfg).estimator
+    estimator = Trainer(cfg).method.estimator
     rewards = torch.tensor([[0.0, 0.0, 1.0, 3.0], [1.0, 2.0, 2.0, 7.0]])
     expected = get_estimator("agpo", dispersion="mad")(rewards).advantages
     assert not torch.allclose(expected, get_estimator("agpo")(rewards).advantages)
@@ -420,14 +424,14 @@ def test_task_shift_switches_the_training_prompts_at_its_step(tmp_path, tiny_mod
     cfg = make_config(tmp_path, tiny_model_dir, "steps=4", SHIFT_TO_MUL.format(2))
     trainer = Trainer(cfg)
     drawn = []
-    original = trainer.draw_groups
+    original = trainer.collector.draw
 
-    def recording():
-        groups, metrics = original()
+    def recording(prompts, method):
+        groups, stats = original(prompts, method)
         drawn.append({p.topic for p in groups.problems})
-        return groups, metrics
+        return groups, stats
 
-    trainer.draw_groups = recording
+    trainer.collector.draw = recording
     eval_ids = [p.id for p in trainer.eval_problems]
     trainer.train()
     assert all(topics <= {"add", "sub"} for topics in drawn[:2])

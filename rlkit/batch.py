@@ -1,0 +1,166 @@
+"""The types that flow through a training step (docs/algorithms.md §1–§5), in step order.
+
+prompts → :class:`Groups` (P prompts × G scored completions, with :class:`CollectStats` on how
+they were drawn) → advantages → :class:`TrainBatch` (rollouts, advantages, ratio temperatures,
+the π_old and reference passes) → :class:`UpdateResult` (the update's statistics and π_old as
+the update saw it) → :class:`StepRecord`, from which ``rlkit.step_metrics`` builds the logged row.
+Rows are laid out prompt-major (B = P·G) everywhere; ``select`` indexes every per-row field at
+once, as CleanRL indexes its ``b_*[mb_inds]`` buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rlkit.advantages import AdvantageResult
+from rlkit.controllers import ProbeStats
+from rlkit.rollout import RolloutBatch, concat_rollouts
+from rlkit.tasks.base import Problem
+
+
+def per_prompt_mean(values: torch.Tensor, mask: torch.Tensor, num_prompts: int) -> torch.Tensor:
+    """Mean of a per-token quantity over the real tokens of each prompt's G completions."""
+    mask = mask.to(values.dtype)
+    return (values * mask).view(num_prompts, -1).sum(1) / mask.view(num_prompts, -1).sum(
+        1
+    ).clamp_min(1)
+
+
+@dataclass
+class Groups:
+    """P prompts × G scored completions, rows laid out prompt-major (B = P·G)."""
+
+    problems: list[Problem]
+    rollouts: RolloutBatch
+    rewards: torch.Tensor  # [P, G]
+    temperatures: torch.Tensor  # [P] sampling temperature of each prompt's group
+    probe_stats: ProbeStats | None = None  # AGPO: the statistics τ_t and ε were computed from
+    reward_failures: int = 0  # rewards that raised or timed out
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def answers(self) -> list[list[str]]:
+        texts, g = self.rollouts.completion_texts, self.group_size
+        return [texts[p * g : (p + 1) * g] for p in range(len(self.problems))]
+
+    def per_prompt(self, values: torch.Tensor) -> torch.Tensor:
+        """[P] mean of a per-token quantity [B, Lc] over each prompt's completion tokens."""
+        return per_prompt_mean(values, self.rollouts.completion_mask, len(self.problems))
+
+    def select(self, keep: torch.Tensor) -> Groups:
+        """The prompts where ``keep`` (bool [P]) is True."""
+        rows = torch.nonzero(keep).flatten()
+        seq = (rows[:, None] * self.group_size + torch.arange(self.group_size)).flatten()
+        return Groups(
+            [self.problems[i] for i in rows.tolist()],
+            self.rollouts.select(seq),
+            self.rewards[rows],
+            self.temperatures[rows],
+            None if self.probe_stats is None else self.probe_stats.select(rows),
+            self.reward_failures,
+        )
+
+    @staticmethod
+    def cat(parts: Sequence[Groups], pad_token_id: int) -> Groups:
+        if len(parts) == 1:
+            return parts[0]
+        stats = [p.probe_stats for p in parts]
+        return Groups(
+            [q for p in parts for q in p.problems],
+            concat_rollouts([p.rollouts for p in parts], pad_token_id),
+            torch.cat([p.rewards for p in parts]),
+            torch.cat([p.temperatures for p in parts]),
+            None if stats[0] is None else ProbeStats.cat(stats),
+            sum(p.reward_failures for p in parts),
+        )
+
+
+@dataclass(frozen=True)
+class PolicyPass:
+    """One no-grad pass of a policy over the batch: per-token log-probs at the ratio temperature
+    and (when asked for) full-vocabulary entropy at T = 1, both [B, Lc]."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """What the update trains on. ``old`` None: the update is on-policy, and π_old is the
+    detached training forward itself; ``ref_logp`` None: no KL term."""
+
+    rollouts: RolloutBatch
+    advantages: torch.Tensor  # [B]
+    ratio_temps: torch.Tensor  # [B] temperature of each row's importance ratio
+    group_size: int
+    old: PolicyPass | None = None
+    ref_logp: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.rollouts)
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.rollouts) // self.group_size
+
+    def per_prompt(self, values: torch.Tensor) -> torch.Tensor:
+        """[P] mean of a per-token quantity [B, Lc] over each prompt's completion tokens."""
+        return per_prompt_mean(values, self.rollouts.completion_mask, self.num_prompts)
+
+    def select(self, idx: torch.Tensor) -> TrainBatch:
+        """Rows ``idx`` of every per-row field (a mini- or micro-batch; prompts may be split)."""
+        old = self.old
+        if old is not None:
+            entropy = None if old.entropy is None else old.entropy[idx]
+            old = PolicyPass(old.logp[idx], entropy)
+        return TrainBatch(
+            self.rollouts.select(idx),
+            self.advantages[idx],
+            self.ratio_temps[idx],
+            self.group_size,
+            old,
+            None if self.ref_logp is None else self.ref_logp[idx],
+        )
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """The update's metrics (loss, clip ratios, grad norm, KL, optimizer steps; today's key
+    order) and π_old as the update saw it (filled by the training forward when on-policy)."""
+
+    stats: dict[str, float]
+    old: PolicyPass
+
+
+@dataclass
+class CollectStats:
+    """How a step's groups were drawn: generation rounds (DAPO refills), groups dropped by the
+    dynamic-sampling filter, and the tokens generated for AGPO's probe."""
+
+    gen_batches: int = 0
+    dropped: int = 0
+    probe_tokens: int = 0
+
+
+@dataclass
+class StepRecord:
+    """Everything one step produced, for ``rlkit.step_metrics.step_metrics``."""
+
+    groups: Groups
+    rewards: torch.Tensor  # [P, G] of the whole batch
+    advantages: AdvantageResult
+    row_advantages: torch.Tensor  # [B] as trained on
+    update: UpdateResult
+    drawn: CollectStats
+    method_metrics: dict  # the method's own signals (AGPO's), logged before the common keys
+    estimator_metrics: dict  # the estimator's own (EBPO's), logged last
+    learning_rate: float
+    counters: dict[str, int]
+    seconds: dict[str, float]
+    log_entropy: bool

@@ -1,0 +1,119 @@
+"""Prompts → scored groups (docs/algorithms.md §3 step 3, §4 DAPO dynamic sampling).
+
+:class:`Collector` is the step's sampler: it expands each prompt to G rows, generates them at the
+prompt's temperature (HF ``generate`` or the vLLM engine), scores them and shapes the rewards
+(truncation, DAPO's overlong penalty). :meth:`Collector.draw` asks the method for a batch of
+groups (the method decides how: AGPO probes first) and, with DAPO's dynamic sampling, drops the
+groups of identical rewards and draws more prompts until P remain or ``max_gen_batches`` rounds
+are spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from rlkit.batch import CollectStats, Groups
+from rlkit.config import RolloutConfig
+from rlkit.controllers import ProbeStats
+from rlkit.dapo import informative_groups, overlong_penalty
+from rlkit.models.loading import Policy
+from rlkit.phases import Phases
+from rlkit.rewards import RewardScorer
+from rlkit.rollout import generate_in_batches
+from rlkit.sampling import PromptSampler
+from rlkit.tasks.base import Problem
+
+
+class Collector:
+    """Generates and scores groups; ``draw`` fills one step's batch."""
+
+    def __init__(
+        self, policy: Policy, scorer: RewardScorer, cfg: RolloutConfig, phases: Phases, engine=None
+    ):
+        self.policy, self.scorer, self.cfg, self.phases, self.engine = (
+            policy,
+            scorer,
+            cfg,
+            phases,
+            engine,
+        )
+        self.probe_tokens = 0
+
+    def __call__(
+        self,
+        problems: Sequence[Problem],
+        temperatures: torch.Tensor,
+        stats: ProbeStats | None = None,
+        probe: bool = False,
+    ) -> Groups:
+        """G completions per problem at its temperature, scored; ``probe``: AGPO's probe group
+        (its tokens are counted apart)."""
+        ro, g = self.cfg, self.cfg.group_size
+        prompts, temps = (
+            [p.prompt for p in problems for _ in range(g)],
+            temperatures.repeat_interleave(g),
+        )
+        if self.engine is not None:
+            rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
+        else:
+            rollouts = generate_in_batches(
+                self.policy.model,
+                self.policy.tokenizer,
+                prompts,
+                temps,
+                ro.max_new_tokens,
+                ro.generation_batch_size or None,
+                top_p=ro.top_p,
+                top_k=ro.top_k,
+            )
+        with self.phases("score"):
+            scored = self.scorer.score(
+                rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
+            )
+        rewards = scored.rewards.clone()
+        lengths, truncated = rollouts.lengths.cpu(), rollouts.truncated.cpu()
+        if ro.truncated == "zero_reward":
+            rewards[truncated] = 0.0
+        elif ro.truncated == "mask":
+            rollouts.completion_mask[truncated.to(rollouts.completion_mask.device)] = False
+        if ro.overlong_buffer > 0:
+            rewards += overlong_penalty(
+                lengths, ro.max_new_tokens, ro.overlong_buffer, ro.overlong_penalty
+            )
+        if probe:
+            self.probe_tokens += int(rollouts.lengths.sum())
+        return Groups(
+            list(problems),
+            rollouts,
+            rewards.view(len(problems), g),
+            temperatures.float(),
+            stats,
+            scored.num_errors + scored.num_timeouts,
+        )
+
+    def cat(self, parts: Sequence[Groups]) -> Groups:
+        return Groups.cat(parts, self.policy.tokenizer.pad_token_id)
+
+    def draw(self, prompts: PromptSampler, method) -> tuple[Groups, CollectStats]:
+        """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``)."""
+        ro = self.cfg
+        parts, dropped, batches = [], 0, 0
+        self.probe_tokens = 0
+        while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
+            groups = method.groups(prompts.next_batch(ro.num_prompts), self)
+            batches += 1
+            if ro.dynamic_sampling:
+                keep = informative_groups(groups.rewards)
+                dropped += int((~keep).sum())
+                if not keep.any() and (parts or batches < ro.max_gen_batches):
+                    continue
+                groups = groups.select(keep) if keep.any() else groups
+            parts.append(groups)
+            if sum(len(p.problems) for p in parts) >= ro.num_prompts:
+                break
+        groups = self.cat(parts)
+        if len(groups.problems) > ro.num_prompts:
+            groups = groups.select(torch.arange(len(groups.problems)) < ro.num_prompts)
+        return groups, CollectStats(batches, dropped, self.probe_tokens)

@@ -1,0 +1,367 @@
+"""The training forward: per-token log-probs at the ratio temperature, and which passes run.
+
+- `sequence_logprobs` recomputes log π(y_t | y_<t) / T per completion token (with or without
+  grad) and, optionally, the full-vocabulary entropy at T = 1 (docs/algorithms.md §3 step 4), in
+  bounded memory (micro-batches of rows, chunks of positions, a shared prompt forward).
+- `PolicyForward` runs it in the configured bounds as the step's four passes: π_old before the
+  update (`old`), the reference policy (`reference`), the training forward (`train`) and AGPO's
+  pass after the update (`after`).
+- `PassPlan` is the one place that decides which of those passes a configuration needs (used by
+  the trainer, `rlkit plan` and the benchmarks): the reference pass only with a KL term, π_old's
+  pass only when the update is off-policy, entropy when the method or the log asks for it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, replace
+
+import torch
+import torch.utils.checkpoint
+
+from rlkit.batch import PolicyPass
+from rlkit.config import TrainConfig
+from rlkit.losses import entropy_from_logits
+from rlkit.models.loading import Policy, eval_mode, train_mode_changes_forward
+from rlkit.phases import Phases
+from rlkit.rollout import RolloutBatch, model_device
+
+
+def causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF causal LM inside ``model`` (a peft wrapper's base model, with its LoRA layers)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _output_head(lm: torch.nn.Module) -> torch.nn.Module:
+    """The output projection, applied here as a plain linear map of the final hidden states."""
+    for name in ("final_logit_softcapping", "logit_scale"):
+        if getattr(lm.config, name, None) not in (None, 1.0):
+            raise ValueError(
+                f"sequence_logprobs applies the output head as a plain linear map, but the model's "
+                f"config sets {name}={getattr(lm.config, name)!r}"
+            )
+    return lm.get_output_embeddings()
+
+
+def _chunk_logprobs(
+    head: torch.nn.Module,
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    temperatures: torch.Tensor,
+    compute_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(z / T)[y] and, optionally, H(softmax(z)) for one chunk of positions.
+
+    ``states`` may hold one position more than ``targets`` (the last one predicts past the end
+    and is dropped). The logits are divided by T in place: the only [B, C, V] tensors alive are
+    the chunk's logits and the logsumexp's workspace.
+    """
+    logits = head(states)[:, : targets.shape[1]]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    entropy = None
+    if compute_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+    logits.div_(temperatures[:, None, None])
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logp, entropy
+
+
+def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that follow the attention mask, so left padding does not shift positions."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def _completion_states(
+    lm: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_length: int,
+    share_prompts: bool,
+) -> torch.Tensor:
+    """Final hidden states from position ``prompt_length - 1`` on, [B, Lc + 1, H]: position t
+    predicts completion token t.
+
+    ``share_prompts``: rows with the same prompt (a group's G completions) share its forward. Each
+    distinct prompt runs through the decoder once; its keys and values are then copied to its rows,
+    and the completion positions attend to them. Causal attention makes the prompt's states
+    independent of the completion, so this is the same computation as one pass over every row
+    (equal up to float rounding; gradients reach the prompt positions through the copies), with the
+    prompt positions costing 1/G of theirs, forward and backward.
+    """
+    decoder = lm.get_decoder()
+    positions = _positions(attention_mask)
+    if share_prompts:
+        prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], 1)
+        distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+        if len(distinct) < len(prompts):
+            prompt_mask = distinct[:, prompt_length:]
+            prefix = decoder(
+                input_ids=distinct[:, :prompt_length],
+                attention_mask=prompt_mask,
+                position_ids=_positions(prompt_mask),
+                use_cache=True,
+            )
+            cache = getattr(prefix, "cache", None)  # `past_key_values` before transformers 5
+            cache = cache if cache is not None else getattr(prefix, "past_key_values", None)
+            if cache is None or cache.get_seq_length() != prompt_length:
+                raise RuntimeError(
+                    "optim.share_prompt_forward needs the decoder's key/value cache, and "
+                    f"{type(decoder).__name__} returned none for the prompts (gradient "
+                    "checkpointing drops it); set optim.share_prompt_forward=false"
+                )
+            cache.batch_select_indices(row_prompt)  # each row gets its prompt's keys and values
+            completion = decoder(
+                input_ids=input_ids[:, prompt_length:],
+                attention_mask=attention_mask,
+                position_ids=positions[:, prompt_length:],
+                use_cache=True,
+                **{_cache_keyword(decoder): cache},
+            ).last_hidden_state
+            return torch.cat([prefix.last_hidden_state[row_prompt, -1:], completion], dim=1)
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+    ).last_hidden_state
+    return hidden[:, prompt_length - 1 :]
+
+
+def _cache_keyword(decoder: torch.nn.Module) -> str:
+    """The decoder's name for a key/value cache argument: ``cache`` (transformers 5.x) or
+    ``past_key_values`` (4.x; deprecated in 5.x)."""
+    parameters = inspect.signature(decoder.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_length: int,
+    temperatures: torch.Tensor,
+    compute_entropy: bool,
+    chunk_size: int | None,
+    share_prompts: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
+
+    The decoder gives the states (`_completion_states`); the output head then runs over
+    ``chunk_size`` completion positions at a time (None: all at once), so full-vocabulary logits
+    exist for one chunk only. With grad, each chunk is checkpointed: backward recomputes its
+    logits instead of keeping them.
+    """
+    completion_width = input_ids.shape[1] - prompt_length
+    lm = causal_lm(model)
+    states = _completion_states(lm, input_ids, attention_mask, prompt_length, share_prompts)
+    targets = input_ids[:, prompt_length:]
+    head = _output_head(lm)
+    step = chunk_size or completion_width + 1
+    recompute = chunk_size is not None and torch.is_grad_enabled()
+    logps, entropies = [], []
+    for start in range(0, completion_width, step):
+        args = (head, states[:, start : start + step], targets[:, start : start + step])
+        if recompute:
+            logp, entropy = torch.utils.checkpoint.checkpoint(
+                _chunk_logprobs, *args, temperatures, compute_entropy, use_reentrant=False
+            )
+        else:
+            logp, entropy = _chunk_logprobs(*args, temperatures, compute_entropy)
+        logps.append(logp)
+        entropies.append(entropy)
+    if len(logps) == 1:
+        return logps[0], entropies[0]
+    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    batch: RolloutBatch,
+    temperatures: torch.Tensor | None = None,
+    compute_entropy: bool = False,
+    micro_batch_size: int | None = None,
+    chunk_size: int | None = None,
+    share_prompts: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
+
+    `temperatures` [B] (None = 1 for every row) scale the logits before the softmax, matching
+    how the completions were sampled. With `compute_entropy`, also returns the entropy (nats)
+    of the full-vocabulary distribution at T = 1 (docs/algorithms.md §3 step 4), without grad. Positions
+    outside `completion_mask` are 0. Runs with grad unless the caller wraps it in no_grad.
+    Position ids follow the attention mask, so left padding does not shift positions.
+    Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees
+    ``chunk_size`` completion positions at a time (None: all of them), so the largest
+    full-vocabulary tensor is [micro_batch_size, chunk_size, V]. ``share_prompts``: rows of a
+    micro-batch with the same prompt share its forward (`_completion_states`).
+    """
+    rows = len(batch)
+    device = model_device(model)
+    if temperatures is None:
+        temperatures = torch.ones(rows)
+    temperatures = torch.as_tensor(temperatures, dtype=torch.float32).to(device)
+    if temperatures.shape != (rows,) or not bool((temperatures > 0).all()):
+        raise ValueError(
+            f"temperatures must be [{rows}] values > 0, got shape {tuple(temperatures.shape)}"
+        )
+    step = micro_batch_size or rows
+    if step < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 (or None), got {chunk_size}")
+
+    batch = batch.to(device)
+    logps, entropies = [], []
+    for start in range(0, rows, step):
+        part = slice(start, start + step)
+        logp, entropy = _token_logprobs(
+            model,
+            batch.input_ids[part],
+            batch.attention_mask[part],
+            batch.prompt_length,
+            temperatures[part],
+            compute_entropy,
+            chunk_size,
+            share_prompts,
+        )
+        logps.append(logp)
+        entropies.append(entropy)
+    mask = batch.completion_mask
+    logp = torch.cat(logps).masked_fill(~mask, 0.0)
+    entropy = torch.cat(entropies).masked_fill(~mask, 0.0) if compute_entropy else None
+    return logp, entropy
+
+
+class PolicyForward:
+    """`sequence_logprobs` in the configured memory bounds, as the step's passes: ``micro`` rows
+    per pass (default the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size``
+    positions per head call, sharing each prompt's forward across its rows with
+    ``optim.share_prompt_forward``."""
+
+    def __init__(self, policy: Policy, cfg: TrainConfig, phases: Phases):
+        self.policy, self.phases = policy, phases
+        self.opt, self.ratio_temperature = cfg.optim, cfg.loss.ratio_temperature
+
+    def __call__(self, model, rollouts, temps, compute_entropy=False, micro=None):
+        opt = self.opt
+        micro = micro or opt.logprob_micro_batch_size or opt.micro_batch_size or None
+        return sequence_logprobs(
+            model,
+            rollouts,
+            temps,
+            compute_entropy,
+            micro,
+            opt.logprob_chunk_size or None,
+            opt.share_prompt_forward,
+        )
+
+    def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:
+        """Temperature of the importance ratio: each row's sampling τ (default) or a constant
+        (``1.0`` reproduces AGPO's code, docs/algorithms.md §3 known flaws)."""
+        t = self.ratio_temperature
+        return (
+            rollouts.temperatures.float()
+            if t == "sampling"
+            else torch.full((len(rollouts),), float(t))
+        )
+
+    @torch.no_grad()
+    def old(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool) -> PolicyPass:
+        """π_old before the update, in eval mode (it samples without dropout)."""
+        with self.phases("old"), eval_mode(self.policy.model):
+            return PolicyPass(*self(self.policy.model, rollouts, temps, entropy))
+
+    @torch.no_grad()
+    def reference(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
+        with self.phases("reference"), self.policy.reference() as ref_model:
+            return self(ref_model, rollouts, temps)[0]
+
+    def train(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool):
+        """The training forward, with grad, over exactly these rows (one micro-batch)."""
+        return self(self.policy.model, rollouts, temps, entropy, len(rollouts))
+
+    @torch.no_grad()
+    def after(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
+        """The updated policy's log-probs, in eval mode (AGPO's step KL, docs/algorithms.md §3
+        step 5)."""
+        with self.phases("step_kl"), eval_mode(self.policy.model):
+            return self(self.policy.model, rollouts, temps)[0]
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Which passes a configuration runs and what they compute; the one spelling of the rule.
+
+    ``reference``: the reference pass (a KL term, or ``optim.skip_redundant_passes=false``).
+    ``entropy``: π_old's pass computes entropy (the method needs it, e.g. AGPO's signals, or it
+    is logged). ``clip_needs_entropy``: the clip radius depends on the pre-update entropy (AGPO's
+    adaptive clip). ``step_kl``: the method reads the drift after the update (AGPO).
+    ``inactive_clips``: the clip settings chosen that cannot act (docs/algorithms.md §4).
+    """
+
+    reference: bool
+    skip_redundant: bool
+    entropy: bool
+    clip_needs_entropy: bool
+    step_kl: bool
+    mode_free_forward: bool
+    update_epochs: int
+    mini_batch_size: int
+    micro_batch_size: int
+    inactive_clips: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, method) -> PassPlan:
+        """``method`` declares ``needs_entropy``, ``clip_needs_entropy`` and ``needs_step_kl``.
+        Until :meth:`for_model` has seen the policy, π_old's pass is never skipped."""
+        opt = cfg.optim
+        skip = opt.skip_redundant_passes
+        return cls(
+            reference=cfg.loss.kl_coef > 0 or not skip,
+            skip_redundant=skip,
+            entropy=method.needs_entropy or cfg.log_entropy,
+            clip_needs_entropy=method.clip_needs_entropy,
+            step_kl=method.needs_step_kl,
+            mode_free_forward=False,
+            update_epochs=opt.update_epochs,
+            mini_batch_size=opt.mini_batch_size,
+            micro_batch_size=opt.micro_batch_size,
+            inactive_clips=tuple(inactive_clips(cfg, method.clip_needs_entropy)),
+        )
+
+    def for_model(self, model: torch.nn.Module) -> PassPlan:
+        """The plan for this policy: π_old's pass may be skipped (``skip_redundant_passes``)
+        only if train mode does not change the forward (no active dropout)."""
+        skip = self.skip_redundant
+        return replace(self, mode_free_forward=skip and not train_mode_changes_forward(model))
+
+    def on_policy(self, rows: int) -> bool:
+        """Whether π_old's pass would repeat the training forward (docs/algorithms.md §4): one
+        epoch and one mini-batch over all ``rows`` (the ratio is then exactly 1 at the only
+        forward), a forward that train mode does not change (no active dropout), and, for an
+        entropy-dependent clip (ε needs every row's pre-update entropy before the loss), one
+        micro-batch."""
+
+        def whole(size: int) -> bool:
+            return size == 0 or size >= rows
+
+        if not (self.mode_free_forward and self.update_epochs == 1 and whole(self.mini_batch_size)):
+            return False
+        return not self.clip_needs_entropy or whole(self.micro_batch_size)
+
+
+def inactive_clips(cfg: TrainConfig, adaptive_clip: bool) -> list[str]:
+    """The clip settings the user chose that cannot change training (docs/algorithms.md §4).
+
+    With one update epoch over one mini-batch the only update happens at π_θ = π_old, where the
+    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip and AGPO's
+    adaptive clip; the default symmetric ε is left out, since nothing was asked of it."""
+    rows = cfg.rollout.num_prompts * cfg.rollout.group_size
+    if cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
+        return []
+    loss, clips = cfg.loss, []
+    if loss.eps_high != loss.eps_low:
+        clips.append(f"loss.eps_high={loss.eps_high:g} (loss.eps_low={loss.eps_low:g})")
+    if loss.dual_clip is not None:
+        clips.append(f"loss.dual_clip={loss.dual_clip:g}")
+    if adaptive_clip:
+        clips.append("agpo.adaptive_clip=true")
+    return clips

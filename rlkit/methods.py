@@ -1,0 +1,281 @@
+"""What differs between methods, behind one small interface (docs/algorithms.md §1–§4).
+
+A :class:`Method` answers, for one step: how its groups are drawn (``groups``, given the
+sampler), the advantages (``advantages``, the registry's estimator), the clip rule (``clip_rule``),
+what happens after the update (``after_update``), its own logged signals (``metrics``) and its
+state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
+their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
+the steps of docs/algorithms.md §3. :func:`build_method` is the only reader of ``algo.*`` and
+``agpo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
+returning scored :class:`~rlkit.batch.Groups` (with ``cat`` to join them): the trainer's
+``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Protocol
+
+import torch
+
+from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
+from rlkit.batch import Groups, PolicyPass
+from rlkit.config import TrainConfig
+from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
+from rlkit.dist import Collective, Local
+from rlkit.tasks.base import Problem
+from rlkit.update import ClipRule, FixedClip
+
+STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
+
+
+class Sampler(Protocol):
+    def __call__(
+        self,
+        problems: Sequence[Problem],
+        temperatures: torch.Tensor,
+        stats: ProbeStats | None = None,
+        probe: bool = False,
+    ) -> Groups: ...
+
+    def cat(self, parts: Sequence[Groups]) -> Groups: ...
+
+
+def summary(prefix: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    values = values.float()
+    return {
+        f"{prefix}/mean": values.mean(),
+        f"{prefix}/min": values.min(),
+        f"{prefix}/max": values.max(),
+    }
+
+
+class Method:
+    """GRPO, Dr. GRPO, RLOO, EBPO: groups at τ_base, the estimator's advantages (with per-cluster
+    priors when ``cluster_key`` is set), the loss's fixed clip, nothing after the update."""
+
+    needs_entropy = False  # π_old's entropy is needed beyond the log (AGPO's signals)
+    clip_needs_entropy = False  # the clip rule reads the pre-update entropy
+    needs_step_kl = False  # after_update reads the post-update drift
+
+    def __init__(
+        self,
+        estimator: AdvantageEstimator,
+        cluster_key: str | None = None,
+        eps: tuple[float, float] = (0.2, 0.2),
+        tau_base: float = 1.0,
+    ):
+        self.estimator, self.cluster_key = estimator, cluster_key
+        self.eps, self.tau_base = eps, tau_base
+        self.cluster_index: dict[str, int] = {}  # cluster label → id, in first-seen order
+
+    def base_temperatures(self, num_prompts: int) -> torch.Tensor:
+        return torch.full((num_prompts,), self.tau_base)
+
+    def groups(self, problems: list[Problem], sample: Sampler) -> Groups:
+        return sample(problems, self.base_temperatures(len(problems)))
+
+    def cluster_ids(self, problems: Sequence[Problem]) -> torch.Tensor | None:
+        if self.cluster_key is None:
+            return None
+        labels = [str(getattr(p, self.cluster_key)) for p in problems]
+        for label in labels:
+            self.cluster_index.setdefault(label, len(self.cluster_index))
+        return torch.tensor([self.cluster_index[label] for label in labels])
+
+    def advantages(self, rewards: torch.Tensor, problems: Sequence[Problem]) -> AdvantageResult:
+        """docs/algorithms.md §1–§2 on the whole batch's rewards [P, G]."""
+        return self.estimator(rewards, self.cluster_ids(problems))
+
+    def clip_rule(self, groups: Groups) -> ClipRule:
+        return FixedClip(*self.eps, len(groups.problems))
+
+    def after_update(self, groups: Groups, drift: Callable[[], torch.Tensor]) -> dict:
+        """Feedback once the policy is updated (``drift()`` runs the post-update pass)."""
+        return {}
+
+    def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        """The method's own signals, logged before the common keys."""
+        return {}
+
+    def state_dict(self) -> dict:
+        return {
+            "estimator": self.estimator.state_dict(),
+            "cluster_index": dict(self.cluster_index),
+            "temperature_ctl": None,
+            "clip_ctl": None,
+            "previous_stats": {},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.estimator.load_state_dict(state["estimator"])
+        self.cluster_index = dict(state["cluster_index"])
+
+
+class AdaptiveClipRule:
+    """docs/algorithms.md §3 step 4: each prompt's ε from its probe statistics and its mean
+    pre-update token entropy, used symmetrically."""
+
+    needs_entropy = True
+
+    def __init__(self, ctl: AdaptiveClip, stats: ProbeStats, dist: Collective):
+        self.ctl, self.stats, self.dist = ctl, stats, dist
+
+    def __call__(self, prompt_entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # H̄_ref follows the batch mean of H over every rank's prompts
+        eps = self.ctl(self.stats, self.dist.all_gather(prompt_entropy))
+        eps = self.dist.my_rows(eps)
+        return eps, eps
+
+
+def gather_stats(stats: ProbeStats, dist: Collective) -> ProbeStats:
+    return ProbeStats(*(dist.all_gather(getattr(stats, f)) for f in STAT_FIELDS))
+
+
+class AGPO(Method):
+    """AGPO (docs/algorithms.md §3), on top of any estimator, step by step:
+
+    1. :meth:`probe` — probe statistics per prompt (``full`` | ``previous`` | ``reuse``);
+    2. :meth:`temperatures` — τ_t from the probe (ATS), or τ_base;
+    3. :meth:`groups` — the training groups at τ_t (``reuse``: the probe group where τ_t = τ_base);
+    4. :meth:`clip_rule` — ε per prompt from the probe and the pre-update entropy, or the loss's;
+    5. :meth:`after_update` — D̂_KL from the post-update drift; ``previous`` remembers the stats.
+    """
+
+    needs_entropy = True
+    needs_step_kl = True
+
+    def __init__(
+        self,
+        estimator: AdvantageEstimator,
+        temperature: AdaptiveTemperature,
+        clip: AdaptiveClip,
+        cluster_key: str | None = None,
+        eps: tuple[float, float] = (0.2, 0.2),
+        tau_base: float = 1.0,
+        probe: str = "full",
+        dispersion: str = "std",
+        adaptive_temperature: bool = True,
+        adaptive_clip: bool = True,
+        dist: Collective | None = None,
+    ):
+        super().__init__(estimator, cluster_key, eps, tau_base)
+        self.temperature_ctl, self.clip_ctl = temperature, clip
+        self.probe_mode, self.dispersion = probe, dispersion
+        self.adaptive_temperature, self.adaptive_clip = adaptive_temperature, adaptive_clip
+        self.clip_needs_entropy = adaptive_clip
+        self.dist = dist or Local()
+        self.previous_stats: dict[str, ProbeStats] = {}  # probe "previous": problem id → stats
+
+    # 1. probe
+    def probe(self, problems: list[Problem], sample: Sampler) -> tuple[ProbeStats, Groups | None]:
+        """``full``/``reuse``: sample a probe group at τ_base. ``previous``: the statistics of the
+        prompt's last training group, else the mean of the last batch's (no generation)."""
+        if self.probe_mode == "previous":
+            fallback = self.previous_stats.get("__batch__")
+            known = [self.previous_stats.get(p.id, fallback) for p in problems]
+            if fallback is None:
+                return ProbeStats.zeros(len(problems)), None
+            return ProbeStats.cat(known), None
+        probe = sample(problems, self.base_temperatures(len(problems)), probe=True)
+        return ProbeStats.from_rewards(probe.rewards, probe.answers, self.dispersion), probe
+
+    # 2. temperature
+    def temperatures(self, stats: ProbeStats) -> torch.Tensor:
+        """τ_t per prompt; Ū runs over every rank's prompts in the global order."""
+        if not self.adaptive_temperature:
+            return self.base_temperatures(len(stats.dispersion))
+        return self.dist.my_rows(self.temperature_ctl(gather_stats(stats, self.dist)))
+
+    # 3. train group (steps 1–3)
+    def groups(self, problems: list[Problem], sample: Sampler) -> Groups:
+        stats, probe = self.probe(problems, sample)
+        tau = self.temperatures(stats)
+        if probe is None or self.probe_mode != "reuse":
+            return sample(problems, tau, stats)
+        base = self.base_temperatures(len(problems))
+        reuse = (tau - base).abs() <= 1e-6  # the probe was drawn at τ_t already: train on it
+        probe.probe_stats = stats
+        parts = [probe.select(reuse)] if reuse.any() else []
+        if not reuse.all():
+            fresh = [p for p, r in zip(problems, reuse.tolist()) if not r]
+            parts.append(sample(fresh, tau[~reuse], stats.select(~reuse)))
+        return sample.cat(parts)
+
+    # 4. clip radius
+    def clip_rule(self, groups: Groups) -> ClipRule:
+        if not self.adaptive_clip:
+            return super().clip_rule(groups)
+        return AdaptiveClipRule(
+            self.clip_ctl, gather_stats(groups.probe_stats, self.dist), self.dist
+        )
+
+    # 5. update feedback
+    def after_update(self, groups: Groups, drift: Callable[[], torch.Tensor]) -> dict:
+        kl = self.clip_ctl.update_kl(self.dist.all_gather(drift().cpu()))
+        self.remember(groups)
+        return {"agpo/kl_drift": kl}
+
+    def remember(self, groups: Groups) -> None:
+        """For probe ``previous``: each prompt's training-group statistics, and the batch mean."""
+        if self.probe_mode != "previous":
+            return
+        stats = ProbeStats.from_rewards(groups.rewards, groups.answers, self.dispersion)
+        for i, problem in enumerate(groups.problems):
+            self.previous_stats[problem.id] = stats.select([i])
+        self.previous_stats["__batch__"] = ProbeStats(
+            *(getattr(stats, f).mean().reshape(1) for f in STAT_FIELDS)
+        )
+
+    def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        out = summary("agpo/temperature", groups.temperatures)
+        if self.adaptive_temperature:  # the controller ran in groups this step
+            out |= {
+                "agpo/U": self.temperature_ctl.last_u.mean(),
+                "agpo/U_bar": self.temperature_ctl.u_bar,
+            }
+        out["agpo/H"] = groups.per_prompt(old.entropy).mean()
+        if self.adaptive_clip:
+            out["agpo/H_ref"] = self.clip_ctl.entropy_ref.value
+            out |= summary("agpo/epsilon", self.clip_ctl.last_eps)
+        return out
+
+    def state_dict(self) -> dict:
+        return super().state_dict() | {
+            "temperature_ctl": self.temperature_ctl.state_dict(),
+            "clip_ctl": self.clip_ctl.state_dict(),
+            "previous_stats": {k: asdict(v) for k, v in self.previous_stats.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.temperature_ctl.load_state_dict(state["temperature_ctl"])
+        self.clip_ctl.load_state_dict(state["clip_ctl"])
+        self.previous_stats = {k: ProbeStats(**v) for k, v in state["previous_stats"].items()}
+
+
+def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
+    """The configured method; the only reader of ``algo.*`` and ``agpo.*``."""
+    options = dict(cfg.algo.options)
+    if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
+        options["dispersion"] = cfg.agpo.dispersion
+    common = {
+        "estimator": get_estimator(cfg.algo.estimator, **options),
+        "cluster_key": cfg.algo.cluster_key,
+        "eps": (cfg.loss.eps_low, cfg.loss.eps_high),
+        "tau_base": cfg.rollout.temperature,
+    }
+    agpo = cfg.agpo
+    if not agpo.enabled:
+        return Method(**common)
+    return AGPO(
+        **common,
+        temperature=AdaptiveTemperature(tau_base=cfg.rollout.temperature, **agpo.temperature),
+        clip=AdaptiveClip(**agpo.clip),
+        probe=agpo.probe,
+        dispersion=agpo.dispersion,
+        adaptive_temperature=agpo.adaptive_temperature,
+        adaptive_clip=agpo.adaptive_clip,
+        dist=dist,
+    )

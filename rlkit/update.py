@@ -1,0 +1,274 @@
+"""The policy update (docs/algorithms.md §4): μ epochs × mini-batches × micro-batches over a
+:class:`~rlkit.batch.TrainBatch`, with the clipped surrogate, the KL term, the non-finite guard.
+
+One optimizer step per mini-batch: its micro-batches accumulate gradients, each weighted by its
+share of the mini-batch's tokens (``token-mean``) or rows, so the step is the mini-batch's loss.
+The per-row clip radii come from a :class:`ClipRule`, called once every row's pre-update entropy
+is known: before the loop when π_old's pass ran, else at the first training forward (the fused
+on-policy path, where that forward is π_old). After each optimizer step the weights, and the
+log-probs of one row, must be finite; a non-finite loss or gradient skips the step, and too many
+in a row stop the run (:class:`NonFiniteGuard`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import torch
+from tqdm.auto import tqdm
+
+from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
+from rlkit.config import TrainConfig
+from rlkit.dist import Collective
+from rlkit.logprobs import PassPlan, PolicyForward
+from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
+from rlkit.models.loading import Policy
+from rlkit.phases import Phases
+
+
+class NonFiniteError(RuntimeError):
+    """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
+    optimizer step leaves the policy non-finite."""
+
+
+class ClipRule(Protocol):
+    """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
+    prompt's mean pre-update token entropy (else it is called with None)."""
+
+    needs_entropy: bool
+
+    def __call__(
+        self, prompt_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class FixedClip:
+    """The loss's ε_low / ε_high for every prompt."""
+
+    needs_entropy = False
+
+    def __init__(self, eps_low: float, eps_high: float, num_prompts: int):
+        self.eps_low, self.eps_high, self.num_prompts = eps_low, eps_high, num_prompts
+
+    def __call__(self, prompt_entropy=None) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.num_prompts
+        return torch.full((p,), self.eps_low), torch.full((p,), self.eps_high)
+
+
+def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
+    """Linear warm-up over ``warmup_steps``, then constant or cosine decay to 0 at ``steps``."""
+    warmup, total, schedule = cfg.optim.warmup_steps, cfg.steps, cfg.optim.schedule
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "cosine":
+            return 0.5 * (
+                1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup)))
+            )
+        return 1.0
+
+    return factor
+
+
+class StepMeans:
+    """Per-optimizer-step sums of named statistics, reported as their mean over the steps taken
+    (``optimizer_steps``); keys keep the order given."""
+
+    def __init__(self, keys: Sequence[str]):
+        self.sums = dict.fromkeys(keys, 0.0)
+        self.steps = 0
+
+    def add(self, key: str, value: float) -> None:
+        self.sums[key] += value
+
+    def result(self) -> dict[str, float]:
+        n = self.steps
+        return {k: v / max(n, 1) for k, v in self.sums.items()} | {"optimizer_steps": n}
+
+
+class NonFiniteGuard:
+    """Skips an optimizer step with a non-finite loss or gradient and stops the run after
+    ``max_skips`` in a row; stops at once when an optimizer step leaves the policy non-finite."""
+
+    def __init__(self, max_skips: int, lr: float):
+        self.max_skips, self.lr = max_skips, lr
+        self.skips = self.consecutive = 0
+
+    def skip(self, step: int, loss: float, grad_norm: float) -> None:
+        self.skips += 1
+        self.consecutive += 1
+        tqdm.write(f"step {step}: non-finite loss ({loss}) or grad norm ({grad_norm}); skipped")
+        if self.consecutive >= self.max_skips:
+            raise NonFiniteError(
+                f"{self.consecutive} consecutive optimizer steps had a non-finite loss "
+                f"or gradient (last loss {loss}, grad norm {grad_norm}); lower optim.lr or check the rewards"
+            )
+
+    def check_logprobs(self, step: int, logp: torch.Tensor) -> None:
+        if not torch.isfinite(logp).all():
+            self.stop(step, "finite weights but non-finite log-probabilities")
+
+    def stop(self, step: int, problem: str) -> None:
+        raise NonFiniteError(
+            f"step {step + 1}: the optimizer step left the policy with {problem}; "
+            f"lower optim.lr (now {self.lr:g}). The last checkpoint is unaffected."
+        )
+
+
+class PolicyUpdate:
+    """AdamW with its schedule, and the update of one step (``__call__``)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        forward: PolicyForward,
+        plan: PassPlan,
+        cfg: TrainConfig,
+        phases: Phases,
+        dist: Collective,
+    ):
+        self.policy, self.forward, self.plan, self.cfg = policy, forward, plan, cfg
+        self.phases, self.dist = phases, dist
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(),
+            lr=cfg.optim.lr,
+            betas=cfg.optim.betas,
+            weight_decay=cfg.optim.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
+        self.guard = NonFiniteGuard(cfg.optim.max_nonfinite_skips, cfg.optim.lr)
+
+    @property
+    def lr(self) -> float:
+        """This step's learning rate (the update steps the scheduler at its end)."""
+        return self.scheduler.get_last_lr()[0]
+
+    def radii(
+        self, batch: TrainBatch, clip: ClipRule, old: PolicyPass
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row (ε_low, ε_high) [B] from the rule's per-prompt radii."""
+        entropy = batch.per_prompt(old.entropy).cpu() if clip.needs_entropy else None
+        low, high = clip(entropy)
+        return low.repeat_interleave(batch.group_size), high.repeat_interleave(batch.group_size)
+
+    def __call__(self, batch: TrainBatch, clip: ClipRule, step: int) -> UpdateResult:
+        """μ epochs of clipped-surrogate updates over mini-batches of ``batch``; ``step`` (the
+        steps done before this one) only names the step in messages."""
+        cfg, opt = self.cfg, self.cfg.optim
+        rows = len(batch)
+        mini = opt.mini_batch_size or rows
+        micro = opt.micro_batch_size or mini
+        mask = batch.rollouts.completion_mask
+        on_policy = batch.old is None
+        old = batch.old
+        if on_policy:  # π_old is the detached training forward: filled in as it runs
+            old = PolicyPass(
+                torch.zeros(mask.shape, device=mask.device),
+                torch.zeros(mask.shape, device=mask.device),
+            )
+        eps = None if on_policy and clip.needs_entropy else self.radii(batch, clip, old)
+        params = self.policy.trainable_parameters()
+        keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
+        means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
+        self.policy.model.train()
+        with self.phases("train"):
+            for epoch in range(opt.update_epochs):
+                order = torch.randperm(rows)
+                for start in range(0, rows, mini):
+                    mb = order[start : start + mini]
+                    mb_tokens = self.dist.all_reduce_sum(mask[mb].sum()).clamp_min(1)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss_total, parts = 0.0, []
+                    for mstart in range(0, len(mb), micro):
+                        idx = mb[mstart : mstart + micro]
+                        sub = batch.select(idx)
+                        logp, entropy = self.forward.train(
+                            sub.rollouts, sub.ratio_temps, on_policy and self.plan.entropy
+                        )
+                        if on_policy:
+                            old.logp[idx.to(mask.device)] = logp.detach()
+                            if entropy is not None:
+                                old.entropy[idx.to(mask.device)] = entropy
+                        if (
+                            eps is None
+                        ):  # on-policy, entropy-dependent ε: this forward had every row
+                            eps = self.radii(batch, clip, old)
+                        m = sub.rollouts.completion_mask
+                        loss_tok, clipped = clipped_surrogate(
+                            logp,
+                            old.logp[idx] if on_policy else sub.old.logp,
+                            sub.advantages,
+                            eps[0][idx],
+                            eps[1][idx],
+                            m,
+                            cfg.loss.dual_clip,
+                        )
+                        kl = None
+                        if sub.ref_logp is not None:
+                            kl_tok = kl_divergence(logp, sub.ref_logp, cfg.loss.kl_estimator)
+                            loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
+                            kl = masked_mean(kl_tok.detach(), m)
+                        weight = (
+                            (m.sum() / mb_tokens)
+                            if cfg.loss.loss_agg == "token-mean"
+                            else len(idx) / len(mb)
+                        )
+                        loss = (
+                            aggregate_loss(
+                                loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens
+                            )
+                            * weight
+                        )
+                        loss.backward()
+                        loss_total += loss.item()
+                        parts.append((weight, clipped, kl))
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
+                    if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
+                        self.optimizer.zero_grad(set_to_none=True)
+                        self.guard.skip(step, loss_total, float(grad_norm))
+                        continue
+                    self.optimizer.step()
+                    last = epoch == opt.update_epochs - 1 and start + mini >= rows
+                    # the post-update pass (AGPO's step KL) runs every row through the final
+                    # weights next and checks their log-probs, so the last one-row probe would
+                    # repeat it
+                    self.check_finite(step, batch, None if last and self.plan.step_kl else mb[:1])
+                    self.guard.consecutive = 0
+                    means.steps += 1
+                    means.add("loss", loss_total)
+                    means.add("grad_norm", float(grad_norm))
+                    for weight, clipped, kl in parts:
+                        w = float(weight)
+                        if kl is not None:
+                            means.add("kl", w * float(kl))
+                        means.add("clip_ratio/low_mean", w * float(clipped.low))
+                        means.add("clip_ratio/high_mean", w * float(clipped.high))
+                        means.add("clip_ratio/region_mean", w * float(clipped.region))
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return UpdateResult(means.result(), old)
+
+    @torch.no_grad()
+    def check_finite(self, step: int, batch: TrainBatch, rows: torch.Tensor | None) -> None:
+        """After an optimizer step the weights, and the log-probs of ``rows`` (None: the weights
+        only), must be finite (finite but huge weights, e.g. from optim.lr=1e30, give NaN
+        outputs); otherwise stop with NonFiniteError before sampling from a broken policy."""
+        with self.phases("check_finite"):
+            params = self.policy.trainable_parameters()
+            if not all(torch.isfinite(p).all() for p in params):
+                self.guard.stop(step, "non-finite weights")
+            if rows is not None:
+                logp, _ = self.forward(
+                    self.policy.model, batch.rollouts.select(rows), batch.ratio_temps[rows]
+                )
+                self.guard.check_logprobs(step, logp)
+
+    def drift(self, batch: TrainBatch, old: PolicyPass, step: int) -> torch.Tensor:
+        """Per-prompt k1 drift mean_t(log π_old − log π_new) after the update (docs/algorithms.md
+        §3 step 5); the pass also checks the final weights' log-probs (the update left it that)."""
+        new_logp = self.forward.after(batch.rollouts, batch.ratio_temps)
+        self.guard.check_logprobs(step, new_logp)
+        return batch.per_prompt(old.logp - new_logp)
