@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import torch
 
 from rlkit.batch import CollectStats, Groups
-from rlkit.config import RolloutConfig
+from rlkit.config import RolloutConfig, TrainConfig
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
-from rlkit.rewards import RewardScorer
+from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import generate_in_batches
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
@@ -40,6 +40,23 @@ class Collector:
             engine,
         )
         self.probe_tokens = 0
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, policy: Policy, phases: Phases) -> Collector:
+        """The run's collector: its reward scorer (in-process or a worker pool) and, with
+        ``rollout.engine=vllm``, the vLLM engine."""
+        engine = None
+        if cfg.rollout.engine == "vllm":
+            from rlkit.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(policy, cfg.rollout.vllm_memory, cfg.seed)
+        scorer = RewardScorer(
+            get_reward_fn(cfg.task.reward),
+            num_workers=cfg.task.reward_workers,
+            timeout_s=cfg.task.reward_timeout_s,
+            on_error=cfg.task.on_reward_error,
+        )
+        return cls(policy, scorer, cfg.rollout, phases, engine)
 
     def __call__(
         self,

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, replace
 
 import torch
@@ -332,6 +333,16 @@ class PassPlan:
         only if train mode does not change the forward (no active dropout)."""
         skip = self.skip_redundant
         return replace(self, mode_free_forward=skip and not train_mode_changes_forward(model))
+
+    def warn_inactive_clips(self) -> None:
+        if self.inactive_clips:
+            warnings.warn(
+                f"{', '.join(self.inactive_clips)} cannot act: one update epoch over one "
+                "mini-batch updates only at π_θ = π_old, where the ratio is 1 and no clip binds; "
+                "set optim.mini_batch_size below the batch's rows or optim.update_epochs above 1 "
+                "(docs/algorithms.md §4)",
+                stacklevel=3,
+            )
 
     def on_policy(self, rows: int) -> bool:
         """Whether π_old's pass would repeat the training forward (docs/algorithms.md §4): one

@@ -70,6 +70,11 @@ class Method:
         self.eps, self.tau_base = eps, tau_base
         self.cluster_index: dict[str, int] = {}  # cluster label → id, in first-seen order
 
+    @property
+    def name(self) -> str:
+        """The estimator's registry name (the progress bar's label)."""
+        return self.estimator.name
+
     def base_temperatures(self, num_prompts: int) -> torch.Tensor:
         return torch.full((num_prompts,), self.tau_base)
 

@@ -19,7 +19,6 @@ phase is timed and hookable (``rlkit.phases``). Nothing imports this module's in
 from __future__ import annotations
 
 import uuid
-import warnings
 from functools import partial
 from pathlib import Path
 
@@ -38,7 +37,6 @@ from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.phases import Phases
-from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rundir import (
     CONFIG,
     RunLock,
@@ -113,35 +111,17 @@ class Trainer:
         plan = PassPlan.from_config(cfg, self.method)
         self.policy: Policy = load_policy(ModelSpec(**spec), keep_reference=plan.reference)
         self.passes = plan.for_model(self.policy.model)
-        engine = None
-        if cfg.rollout.engine == "vllm":
-            from rlkit.vllm_engine import VLLMEngine
-
-            engine = VLLMEngine(self.policy, cfg.rollout.vllm_memory, cfg.seed)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
-        if self.passes.inactive_clips:
-            warnings.warn(
-                f"{', '.join(self.passes.inactive_clips)} cannot act: one update epoch over one "
-                "mini-batch updates only at π_θ = π_old, where the ratio is 1 and no clip binds; "
-                "set optim.mini_batch_size below the batch's rows or optim.update_epochs above 1 "
-                "(docs/algorithms.md §4)",
-                stacklevel=2,
-            )
+        self.passes.warn_inactive_clips()
         warn_long_prompts(
             self.train_problems + self.eval_problems,
             self.policy.tokenizer,
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
-        scorer = RewardScorer(
-            get_reward_fn(cfg.task.reward),
-            num_workers=cfg.task.reward_workers,
-            timeout_s=cfg.task.reward_timeout_s,
-            on_error=cfg.task.on_reward_error,
-        )
-        self.collector = Collector(self.policy, scorer, cfg.rollout, self.phases, engine)
+        self.collector = Collector.from_config(cfg, self.policy, self.phases)
         self.forward = PolicyForward(self.policy, cfg, self.phases)
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
@@ -322,7 +302,7 @@ class Trainer:
         bar = tqdm(
             total=cfg.steps,
             initial=self.step_count,
-            desc=cfg.algo.estimator,
+            desc=self.method.name,
             disable=not cfg.progress,
         )
         try:

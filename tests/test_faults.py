@@ -18,6 +18,7 @@ import torch
 from test_trainer import PatternScorer, make_config, without_timings
 
 import rlkit.checkpoint as checkpoint_module
+import rlkit.collect as collect_module
 import rlkit.trainer as trainer_module
 from rlkit.checkpoint import latest_checkpoint, save_checkpoint
 from rlkit.cli import main
@@ -291,7 +292,7 @@ def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny
 
 
 def test_cli_reports_a_broken_update_in_one_line(trained_run, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trainer_module, "RewardScorer", lambda *args, **kwargs: PatternScorer())
+    monkeypatch.setattr(collect_module, "RewardScorer", lambda *args, **kwargs: PatternScorer())
     config = str(trained_run / "config.yaml")
     assert (
         main(["train", "--config", config, f"output_dir={tmp_path / 'run'}", "optim.lr=1e30"]) == 2

@@ -299,9 +299,9 @@ class EvenAnswerScorer:
 def test_difficulty_curriculum_starts_with_what_the_starting_policy_solves(
     tmp_path, tiny_model_dir, monkeypatch
 ):
-    import rlkit.trainer as trainer_module
+    import rlkit.collect as collect_module
 
-    monkeypatch.setattr(trainer_module, "RewardScorer", EvenAnswerScorer)
+    monkeypatch.setattr(collect_module, "RewardScorer", EvenAnswerScorer)
     cfg = make_config(tmp_path, tiny_model_dir, "rollout.order=difficulty", "checkpoint_every=1")
     trainer = Trainer(cfg)
     solved = (trainer.curriculum_pass_rates == 1).sum()
