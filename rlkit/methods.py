@@ -25,7 +25,6 @@ from rlkit.config import TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
 from rlkit.tasks.base import Problem
-from rlkit.update import ClipRule, FixedClip
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
 
@@ -40,6 +39,30 @@ class Sampler(Protocol):
     ) -> Groups: ...
 
     def cat(self, parts: Sequence[Groups]) -> Groups: ...
+
+
+class ClipRule(Protocol):
+    """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
+    prompt's mean pre-update token entropy (else it is called with None)."""
+
+    needs_entropy: bool
+
+    def __call__(
+        self, prompt_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class FixedClip:
+    """The loss's ε_low / ε_high for every prompt."""
+
+    needs_entropy = False
+
+    def __init__(self, eps_low: float, eps_high: float, num_prompts: int):
+        self.eps_low, self.eps_high, self.num_prompts = eps_low, eps_high, num_prompts
+
+    def __call__(self, prompt_entropy=None) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.num_prompts
+        return torch.full((p,), self.eps_low), torch.full((p,), self.eps_high)
 
 
 def summary(prefix: str, values: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -15,8 +15,33 @@ from rlkit.tasks.base import Problem
 ORDERS = ("shuffle", "topic", "difficulty")
 
 
+def epoch_order(
+    order: str,
+    topics: Sequence,
+    pass_rates: torch.Tensor | None,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One epoch's permutation of the problems whose topics are ``topics`` (one per problem).
+
+    ``shuffle``: a random permutation; ``topic``: topic blocks in random order, each block
+    shuffled; ``difficulty``: easy → hard by ``pass_rates`` (stable: ties keep the problems'
+    order; ``generator`` unused). The trainer's :class:`PromptSampler` and the bandit streams of
+    simulations/experiments.py both order their prompts here.
+    """
+    if order == "difficulty":
+        return torch.argsort(-torch.as_tensor(pass_rates, dtype=torch.float64), stable=True)
+    perm = torch.randperm(len(topics), generator=generator)
+    if order == "shuffle":
+        return perm
+    names = sorted(set(topics))
+    topic_order = [names[i] for i in torch.randperm(len(names), generator=generator).tolist()]
+    rank = {t: r for r, t in enumerate(topic_order)}
+    blocks = [rank[topics[i]] for i in perm.tolist()]
+    return perm[torch.argsort(torch.tensor(blocks), stable=True)]
+
+
 class PromptSampler:
-    """Batches of problems in one of three orders.
+    """Batches of problems in one of three orders (:func:`epoch_order`).
 
     - ``shuffle``: a fresh random permutation every epoch;
     - ``topic``: every epoch, problems grouped by topic (topic blocks in random order, each block
@@ -36,28 +61,17 @@ class PromptSampler:
             raise ValueError(f"unknown prompt order {order!r}; known: {list(ORDERS)}")
         if not problems:
             raise ValueError("PromptSampler needs at least one problem")
-        if order == "difficulty":
-            if pass_rates is None or len(pass_rates) != len(problems):
-                raise ValueError("order 'difficulty' needs one pass rate per problem")
-            self.curriculum = torch.argsort(
-                -torch.as_tensor(pass_rates, dtype=torch.float64), stable=True
-            )
+        if order == "difficulty" and (pass_rates is None or len(pass_rates) != len(problems)):
+            raise ValueError("order 'difficulty' needs one pass rate per problem")
         self.problems, self.order, self.seed = list(problems), order, seed
+        self.topics = [p.topic for p in self.problems]
+        self.pass_rates = pass_rates
         self.epoch, self.position = 0, 0
         self._epoch_order = self.epoch_order(0)
 
     def epoch_order(self, epoch: int) -> torch.Tensor:
-        if self.order == "difficulty":
-            return self.curriculum
         gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        perm = torch.randperm(len(self.problems), generator=gen)
-        if self.order == "shuffle":
-            return perm
-        topics = sorted({p.topic for p in self.problems})
-        topic_order = [topics[i] for i in torch.randperm(len(topics), generator=gen).tolist()]
-        rank = {t: r for r, t in enumerate(topic_order)}
-        blocks = [rank[self.problems[i].topic] for i in perm.tolist()]
-        return perm[torch.argsort(torch.tensor(blocks), stable=True)]
+        return epoch_order(self.order, self.topics, self.pass_rates, gen)
 
     def next_batch(self, size: int) -> list[Problem]:
         batch = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -24,6 +23,7 @@ from rlkit.config import TrainConfig
 from rlkit.dist import Collective
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
+from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 
@@ -31,30 +31,6 @@ from rlkit.phases import Phases
 class NonFiniteError(RuntimeError):
     """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
     optimizer step leaves the policy non-finite."""
-
-
-class ClipRule(Protocol):
-    """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
-    prompt's mean pre-update token entropy (else it is called with None)."""
-
-    needs_entropy: bool
-
-    def __call__(
-        self, prompt_entropy: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class FixedClip:
-    """The loss's ε_low / ε_high for every prompt."""
-
-    needs_entropy = False
-
-    def __init__(self, eps_low: float, eps_high: float, num_prompts: int):
-        self.eps_low, self.eps_high, self.num_prompts = eps_low, eps_high, num_prompts
-
-    def __call__(self, prompt_entropy=None) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.num_prompts
-        return torch.full((p,), self.eps_low), torch.full((p,), self.eps_high)
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:

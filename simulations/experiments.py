@@ -17,6 +17,8 @@ from tqdm import tqdm
 
 from rlkit.advantages import AdvantageResult, get_estimator, whiten
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
+from rlkit.methods import AGPO
+from rlkit.sampling import epoch_order
 from rlkit.stats import group_std
 from simulations import closed_forms as cf
 from simulations.bandit import SoftmaxBandit
@@ -477,22 +479,21 @@ def clustered_pool(
 
 
 def stream_order(theta, cluster, order: str, rng, probe_samples: int = 8) -> torch.Tensor:
-    """Permutation of the pool for one pass (docs/algorithms.md §2, clustered sampling).
+    """Permutation of the pool for one pass (docs/algorithms.md §2, clustered sampling), by the
+    trainer's own ordering (``rlkit.sampling.epoch_order``) with the clusters as topics.
 
     ``shuffle``: uniformly random; ``topic``: cluster by cluster in random cluster order, shuffled
     within; ``difficulty``: by the starting policy's pass rate over ``probe_samples`` samples,
-    easy → hard (stable, ties in random order).
+    easy → hard (stable: ties keep the pool's order, as the trainer's curriculum keeps its
+    problems'). The permutations draw from a torch generator seeded from ``rng``.
     """
-    perm = torch.as_tensor(rng.permutation(len(theta)))
-    if order == "shuffle":
-        return perm
-    if order == "topic":
-        rank = torch.as_tensor(rng.permutation(int(cluster.max()) + 1))[cluster[perm]]
-    elif order == "difficulty":
-        rank = -bernoulli_rewards(theta[perm], probe_samples, rng).mean(1)
-    else:
+    if order not in STREAM_ORDERS:
         raise ValueError(f"unknown stream order {order!r}; known: {STREAM_ORDERS}")
-    return perm[torch.sort(rank, stable=True).indices]
+    pass_rates = None
+    if order == "difficulty":
+        pass_rates = bernoulli_rewards(theta, probe_samples, rng).mean(1)
+    generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    return epoch_order(order, cluster.tolist(), pass_rates, generator)
 
 
 PRIORS: dict[str, dict] = {
@@ -565,10 +566,39 @@ def answer_keys(actions: torch.Tensor) -> list[list[str]]:
     return [[str(a) for a in row] for row in actions.tolist()]
 
 
+@dataclass
+class BanditGroups:
+    """A bandit batch as AGPO's methods read it: G answers per prompt, their rewards, the
+    temperature each prompt's group was sampled at and the probe statistics behind it."""
+
+    problems: list[int]
+    actions: torch.Tensor  # [P, G]
+    rewards: torch.Tensor  # [P, G]
+    temperatures: torch.Tensor  # [P]
+    probe_stats: ProbeStats | None = None
+
+    @property
+    def answers(self) -> list[list[str]]:
+        return answer_keys(self.actions)
+
+
+class BanditSampler:
+    """The bandit as the sampler of ``rlkit.methods.AGPO.groups``: G answers per prompt at its
+    temperature (the probe, ``full``, is drawn like any group)."""
+
+    def __init__(self, bandit: SoftmaxBandit, group_size: int, gen: torch.Generator):
+        self.bandit, self.group_size, self.gen = bandit, group_size, gen
+
+    def __call__(self, problems, temperatures, stats=None, probe=False) -> BanditGroups:
+        actions, rewards = self.bandit.sample(self.group_size, self.gen, temperature=temperatures)
+        return BanditGroups(list(problems), actions, rewards, temperatures, stats)
+
+
 def train_shift_bandit(
     config: ShiftConfig, seed: int, adaptive_clip: bool, adaptive_temperature: bool
 ) -> dict[str, np.ndarray]:
-    """AGPO's probe → temperature → train → clip loop (docs/algorithms.md §3) on the bandit, across a shift.
+    """AGPO's loop (docs/algorithms.md §3) on the bandit, across a shift: the trainer's own
+    ``rlkit.methods.AGPO`` object, its steps called in the trainer's order.
 
     Every step draws the probe (also for fixed ε/τ, so paired seeds share the random stream).
     Returns per-step arrays: success and entropy of the pool in training, ε and τ (mean/min/max),
@@ -583,9 +613,17 @@ def train_shift_bandit(
         SoftmaxBandit.from_success_rates(pop.sample(config.num_prompts, rng), config.num_answers)
         for pop in (config.population.before, config.population.after)
     ]
-    temperature = AdaptiveTemperature(tau_base=config.tau)
-    clip = AdaptiveClip(eps_base=config.eps)
-    estimator = get_estimator("agpo", dispersion=config.dispersion)
+    agpo = AGPO(
+        get_estimator("agpo", dispersion=config.dispersion),
+        AdaptiveTemperature(tau_base=config.tau),
+        AdaptiveClip(eps_base=config.eps),
+        eps=(config.eps, config.eps),
+        tau_base=config.tau,
+        dispersion=config.dispersion,
+        adaptive_temperature=adaptive_temperature,
+        adaptive_clip=adaptive_clip,
+    )
+    temperature, clip = agpo.temperature_ctl, agpo.clip_ctl
     keys = (
         "success",
         "entropy",
@@ -608,36 +646,28 @@ def train_shift_bandit(
     log = {k: np.empty(config.steps) for k in keys}
     for step in range(config.steps):
         bandit = pools[int(step >= config.population.shift_step)]
-        probe_actions, probe_rewards = bandit.sample(config.group_size, gen, temperature=config.tau)
-        stats = ProbeStats.from_rewards(
-            probe_rewards, answer_keys(probe_actions), config.dispersion
-        )
-        tau = (
-            temperature(stats)
-            if adaptive_temperature
-            else torch.full((bandit.num_prompts,), config.tau)
-        )
-        actions, rewards = bandit.sample(config.group_size, gen, temperature=tau)
+        prompts = list(range(bandit.num_prompts))
+        groups = agpo.groups(prompts, BanditSampler(bandit, config.group_size, gen))  # 1–3
+        stats, tau = groups.probe_stats, groups.temperatures
         entropy = bandit.entropy()
         reference = clip.entropy_ref.value  # H̄_ref as the clip controller will use it
         ratio = entropy / reference if reference is not None else torch.ones_like(entropy)
         log["entropy_ratio"][step] = float(ratio.mean())
         log["ratio_at_floor"][step] = float((ratio <= 0.5).to(torch.float64).mean())
-        eps = (
-            clip(stats, entropy) if adaptive_clip else torch.full((bandit.num_prompts,), config.eps)
-        )
+        eps, _ = agpo.clip_rule(groups)(entropy)  # 4
         log["success"][step] = float(bandit.success_rate().mean())
         log["entropy"][step] = float(entropy.mean())
         result = bandit.update(
-            actions,
-            estimator(rewards).advantages,
+            groups.actions,
+            agpo.advantages(groups.rewards, prompts).advantages,
             config.lr,
             temperature=tau,
             epochs=config.epochs,
             eps_low=eps,
             eps_high=eps,
         )
-        log["kl"][step] = clip.update_kl(result.kl)
+        drift = lambda kl=result.kl: kl  # noqa: E731 - the bandit's update measured the drift
+        log["kl"][step] = agpo.after_update(groups, drift)["agpo/kl_drift"]  # 5
         log["clip_fraction"][step] = float(result.clip_fraction)
         for name, values in (("eps", eps), ("tau", tau)):
             log[f"{name}_mean"][step], log[f"{name}_min"][step], log[f"{name}_max"][step] = (

@@ -14,10 +14,10 @@ from rlkit.batch import PolicyPass, TrainBatch
 from rlkit.config import load_config
 from rlkit.dist import Local
 from rlkit.logprobs import PassPlan
-from rlkit.methods import AGPO, Method, build_method
+from rlkit.methods import AGPO, FixedClip, Method, build_method
 from rlkit.phases import Phases
 from rlkit.rollout import RolloutBatch
-from rlkit.update import FixedClip, StepMeans
+from rlkit.update import StepMeans
 
 RLKIT = Path(__file__).resolve().parents[1] / "rlkit"
 STAGES = ("batch", "collect", "dist", "logprobs", "methods", "phases", "step_metrics", "update")
