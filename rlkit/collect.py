@@ -110,6 +110,12 @@ class Collector:
             scored.num_errors + scored.num_timeouts,
         )
 
+    def trained_probe(self, groups: Groups) -> Groups:
+        """Probe groups the method trains on (AGPO's ``reuse``): from here on their tokens are
+        training tokens (``tokens/generated``), not probe overhead, so each counts once."""
+        self.probe_tokens -= int(groups.rollouts.lengths.sum())
+        return groups
+
     def cat(self, parts: Sequence[Groups]) -> Groups:
         return Groups.cat(parts, self.policy.tokenizer.pad_token_id)
 

@@ -7,7 +7,7 @@ state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EB
 their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
 the steps of docs/algorithms.md §3. :func:`build_method` is the only reader of ``algo.*`` and
 ``agpo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
-returning scored :class:`~rlkit.batch.Groups` (with ``cat`` to join them): the trainer's
+returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 ``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
 """
 
@@ -37,6 +37,9 @@ class Sampler(Protocol):
         stats: ProbeStats | None = None,
         probe: bool = False,
     ) -> Groups: ...
+
+    # for probe ``reuse`` only: the probe groups trained on, and joining groups
+    def trained_probe(self, groups: Groups) -> Groups: ...
 
     def cat(self, parts: Sequence[Groups]) -> Groups: ...
 
@@ -225,7 +228,7 @@ class AGPO(Method):
         base = self.base_temperatures(len(problems))
         reuse = (tau - base).abs() <= 1e-6  # the probe was drawn at τ_t already: train on it
         probe.probe_stats = stats
-        parts = [probe.select(reuse)] if reuse.any() else []
+        parts = [sample.trained_probe(probe.select(reuse))] if reuse.any() else []
         if not reuse.all():
             fresh = [p for p, r in zip(problems, reuse.tolist()) if not r]
             parts.append(sample(fresh, tau[~reuse], stats.select(~reuse)))

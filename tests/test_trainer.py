@@ -87,6 +87,33 @@ def test_agpo_probe_modes(tmp_path, tiny_model_dir, probe):
         assert probe_tokens > 0
 
 
+@pytest.mark.parametrize("adaptive_temperature", ["true", "false"])  # some / all groups reused
+def test_reused_probe_tokens_are_counted_once(
+    tmp_path, tiny_model_dir, monkeypatch, adaptive_temperature
+):
+    """Each generated token counts once: a probe group trained on (``agpo.probe=reuse``, τ_t =
+    τ_base) counts as training tokens (tokens/generated), not as probe overhead (tokens/probe)."""
+    import rlkit.collect as collect_module
+
+    generated, real = [], collect_module.generate_in_batches
+
+    def counting(*args, **kwargs):
+        rollouts = real(*args, **kwargs)
+        generated.append(int(rollouts.lengths.sum()))
+        return rollouts
+
+    monkeypatch.setattr(collect_module, "generate_in_batches", counting)
+    overrides = ("algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=reuse")
+    cfg = make_config(
+        tmp_path, tiny_model_dir, *overrides, f"agpo.adaptive_temperature={adaptive_temperature}"
+    )
+    Trainer(cfg).train()
+    last = read_metrics(tmp_path)[-1]
+    assert last["tokens/generated"] + last["tokens/probe"] == sum(generated)
+    if adaptive_temperature == "false":  # τ_t = τ_base everywhere: every probe group is trained on
+        assert last["tokens/probe"] == 0 and len(generated) == cfg.steps
+
+
 def test_ratio_temperature_option_changes_old_logprobs(tmp_path, tiny_model_dir):
     """AGPO's code used T = 1 in the ratio; rlkit defaults to each row's sampling temperature."""
     cfg = make_config(tmp_path, tiny_model_dir, "agpo.enabled=true", "loss.ratio_temperature=1.0")
