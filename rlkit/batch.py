@@ -41,7 +41,6 @@ class Groups:
     rewards: torch.Tensor  # [P, G]
     temperatures: torch.Tensor  # [P] sampling temperature of each prompt's group
     probe_stats: ProbeStats | None = None  # AGPO: the statistics τ_t and ε were computed from
-    reward_failures: int = 0  # rewards that raised or timed out
 
     @property
     def group_size(self) -> int:
@@ -66,7 +65,6 @@ class Groups:
             self.rewards[rows],
             self.temperatures[rows],
             None if self.probe_stats is None else self.probe_stats.select(rows),
-            self.reward_failures,
         )
 
     @staticmethod
@@ -82,7 +80,6 @@ class Groups:
             torch.cat([p.rewards for p in parts]),
             torch.cat([p.temperatures for p in parts]),
             None if stats[0] is None else ProbeStats.cat(stats),
-            sum(p.reward_failures for p in parts),
         )
 
 
@@ -146,11 +143,13 @@ class UpdateResult:
 @dataclass
 class CollectStats:
     """How a step's groups were drawn: generation rounds (DAPO refills), groups dropped by the
-    dynamic-sampling filter, and the tokens generated for AGPO's probe."""
+    dynamic-sampling filter, the tokens generated for AGPO's probe (not trained on), and the
+    rewards that raised or timed out in any scoring of the step (probe and dropped groups too)."""
 
     gen_batches: int = 0
     dropped: int = 0
     probe_tokens: int = 0
+    reward_failures: int = 0
 
 
 @dataclass

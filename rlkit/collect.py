@@ -39,7 +39,7 @@ class Collector:
             phases,
             engine,
         )
-        self.probe_tokens = 0
+        self.probe_tokens = self.reward_failures = 0  # this draw's
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, policy: Policy, phases: Phases) -> Collector:
@@ -89,6 +89,7 @@ class Collector:
             scored = self.scorer.score(
                 rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
             )
+        self.reward_failures += scored.num_errors + scored.num_timeouts
         rewards = scored.rewards.clone()
         lengths, truncated = rollouts.lengths.cpu(), rollouts.truncated.cpu()
         if ro.truncated == "zero_reward":
@@ -102,12 +103,7 @@ class Collector:
         if probe:
             self.probe_tokens += int(rollouts.lengths.sum())
         return Groups(
-            list(problems),
-            rollouts,
-            rewards.view(len(problems), g),
-            temperatures.float(),
-            stats,
-            scored.num_errors + scored.num_timeouts,
+            list(problems), rollouts, rewards.view(len(problems), g), temperatures.float(), stats
         )
 
     def trained_probe(self, groups: Groups) -> Groups:
@@ -123,7 +119,7 @@ class Collector:
         """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``)."""
         ro = self.cfg
         parts, dropped, batches = [], 0, 0
-        self.probe_tokens = 0
+        self.probe_tokens = self.reward_failures = 0
         while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
             groups = method.groups(prompts.next_batch(ro.num_prompts), self)
             batches += 1
@@ -139,4 +135,4 @@ class Collector:
         groups = self.cat(parts)
         if len(groups.problems) > ro.num_prompts:
             groups = groups.select(torch.arange(len(groups.problems)) < ro.num_prompts)
-        return groups, CollectStats(batches, dropped, self.probe_tokens)
+        return groups, CollectStats(batches, dropped, self.probe_tokens, self.reward_failures)

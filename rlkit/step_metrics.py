@@ -36,7 +36,7 @@ def step_metrics(record: StepRecord) -> dict:
         "completions/clipped_ratio": rollouts.truncated.float().mean(),
         "tokens/generated": record.counters["tokens_generated"],
         "tokens/probe": record.counters["tokens_probe"],
-        "reward_failures": groups.reward_failures,
+        "reward_failures": record.drawn.reward_failures,
         "nonfinite_skips": record.counters["nonfinite_skips"],
         "learning_rate": record.learning_rate,
         "time/generate": seconds.get("generate", 0.0) - score_s,

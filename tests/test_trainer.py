@@ -114,6 +114,43 @@ def test_reused_probe_tokens_are_counted_once(
         assert last["tokens/probe"] == 0 and len(generated) == cfg.steps
 
 
+class FailingScorer:
+    """Every call: one success per group and one reward that raised."""
+
+    def score(self, completions, answers):
+        from rlkit.rewards import RewardBatch
+
+        rewards = torch.zeros(len(completions))
+        rewards[::4] = 1.0
+        return RewardBatch(rewards, 1, 0)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "overrides, calls",  # scoring calls per step
+    [
+        ((), 1),
+        (("algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=full"), 2),  # probe + train
+        (("algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=reuse"), 2),  # some reused
+        (("agpo.enabled=true", "agpo.probe=reuse", "agpo.adaptive_temperature=false"), 1),
+    ],
+)
+def test_reward_failures_count_every_scoring_call_of_the_step(
+    tmp_path, tiny_model_dir, overrides, calls
+):
+    """``reward_failures`` is the step's count of rewards that raised or timed out, wherever they
+    were scored: the probe's too, whether or not its groups are trained on."""
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
+    trainer.collector.scorer.close()
+    trainer.collector.scorer = FailingScorer()
+    try:
+        assert [trainer.step()["reward_failures"] for _ in range(2)] == [calls, calls]
+    finally:
+        trainer.close()
+
+
 def test_ratio_temperature_option_changes_old_logprobs(tmp_path, tiny_model_dir):
     """AGPO's code used T = 1 in the ratio; rlkit defaults to each row's sampling temperature."""
     cfg = make_config(tmp_path, tiny_model_dir, "agpo.enabled=true", "loss.ratio_temperature=1.0")
