@@ -24,9 +24,10 @@ demo: venv
 	$(BIN)/rlkit demo --overwrite
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
-# when it collects no test, so an empty run fails.
+# when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset.
+TESTS ?=
 test: venv
-	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider
+	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider $(TESTS)
 
 notebooks: $(BIN)/.notebooks
 	cd notebooks && ../$(BIN)/jupyter lab

@@ -529,9 +529,10 @@ class Trainer:
         micro = opt.micro_batch_size or mini
         mask = rollouts.completion_mask
         on_policy = old.logp is None
-        if on_policy:
-            old.logp = torch.zeros(mask.shape, device=mask.device)
-            old.entropy = torch.zeros(mask.shape, device=mask.device)
+        if on_policy:  # log-probs are at least float32 (rollout.sequence_logprobs)
+            dtype = torch.promote_types(cfg.model.dtype, torch.float32)
+            old.logp = torch.zeros(mask.shape, device=mask.device, dtype=dtype)
+            old.entropy = torch.zeros(mask.shape, device=mask.device, dtype=dtype)
         eps = None if on_policy and self.clip_needs_entropy else clip_radii(old.entropy)
         params = self.policy.trainable_parameters()
         sums = {"loss": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0}
