@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
-from rlkit.answers import extract_answer, last_boxed, normalize_answer
+from rlkit.answers import extract_answer, last_boxed, normalize_answer, numeric_value
 
 logger = logging.getLogger(__name__)
 
@@ -29,23 +29,17 @@ RewardFn = Callable[[str, str], float]
 WORKER_START_TIMEOUT_S = 120.0
 
 
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def exact_match_reward(completion: str, answer: str) -> float:
     """1.0 if the completion's answer key (`rlkit.answers.extract_answer`) equals the reference.
 
     The reference is normalised the same way (its ``\\boxed{}`` content if it has one); when both
-    sides parse as numbers they are compared numerically, so ``32.0`` matches ``32``.
+    sides are numbers (`rlkit.answers.numeric_value`: integers, decimals, fractions ``a/b``) they
+    are compared numerically, so ``32.0`` matches ``32`` and ``6/8`` matches ``3/4`` and ``0.75``.
     """
     predicted = extract_answer(completion)
     boxed = last_boxed(answer)
     reference = normalize_answer(boxed if boxed is not None else answer)
-    predicted_number, reference_number = _as_number(predicted), _as_number(reference)
+    predicted_number, reference_number = numeric_value(predicted), numeric_value(reference)
     if predicted_number is not None and reference_number is not None:
         return float(math.isclose(predicted_number, reference_number, rel_tol=1e-9, abs_tol=1e-9))
     return float(predicted == reference)
