@@ -27,10 +27,8 @@ import csv
 import io
 import json
 import math
-import os
 import shlex
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +36,7 @@ from scipy import stats
 
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.metrics import read_metrics
-from rlkit.rundir import saved_config
+from rlkit.rundir import saved_config, write_atomically
 from rlkit.sweep import MANIFEST, NAME
 from rlkit.tasks.loader import load_problems
 
@@ -68,7 +66,7 @@ def check_manifest(manifest, path: Path) -> None:
     """``sweep.json``'s shape: a ``name`` that is a plain folder name (it names
     ``results/<name>/``: no path separator, no ``..``), string ``command`` and ``spec_file``, an
     optional string ``baseline`` and a non-empty list of runs, each with a string ``arm`` and
-    ``dir`` and integer ``group_size`` and ``seed``."""
+    ``dir`` and integer ``group_size`` and ``seed``, no arm, G and seed or directory twice."""
 
     def bad(key: str, value, want: str) -> ValueError:
         return ValueError(f"{path}: {key} must be {want}, got {value!r} (rerun rlkit sweep)")
@@ -90,6 +88,7 @@ def check_manifest(manifest, path: Path) -> None:
     if not isinstance(runs, list) or not runs:
         raise bad("runs", runs, "a non-empty list")
     fields = {"arm": str, "dir": str, "group_size": int, "seed": int}
+    seen = {}
     for i, run in enumerate(runs):
         if not isinstance(run, dict):
             raise bad(f"runs[{i}]", run, "an object")
@@ -99,6 +98,12 @@ def check_manifest(manifest, path: Path) -> None:
                 raise bad(
                     f"runs[{i}].{key}", value, f"a{'n' if kind is int else ''} {kind.__name__}"
                 )
+        for key in ((run["arm"], run["group_size"], run["seed"]), run["dir"]):
+            if key in seen:
+                raise ValueError(
+                    f"{path}: runs[{i}] repeats runs[{seen[key]}] ({key!r}); rerun rlkit sweep"
+                )
+            seen[key] = i
 
 
 def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +270,10 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
             p = float(np.mean(list(end.values())))
             shift = None
             if shift_step is not None:
-                shift = _shift_summary(seeds, {sd: base[sd] for sd in common}, name, shift_step)
+                try:
+                    shift = _shift_summary(seeds, {sd: base[sd] for sd in common}, name, shift_step)
+                except ValueError as err:
+                    raise ValueError(f"arm {arm} at G={g}: {err}") from None
             rows.append(
                 {
                     "arm": arm,
@@ -316,21 +324,9 @@ def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
     plt.close(fig)
     return out
-
-
-def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)``, then ``tmp`` renamed onto ``path``: a reader (or a crash) never sees half
-    a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def markdown(
@@ -458,9 +454,13 @@ def write_report(
         }
     except ValueError as err:
         raise ValueError(f"{sweep_dir}: the summary holds a non-finite number ({err})") from None
-    plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
-    for name, text in files.items():
-        write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, newline=""))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
+        for name, text in files.items():
+            write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, newline=""))
+    except OSError as err:
+        raise ValueError(f"cannot write the report into {out}: {err}") from None
     return files["summary.md"] + f"\nwritten to {out}/"
 
 

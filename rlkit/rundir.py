@@ -19,7 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rlkit.config import TrainConfig, from_dict, load_config, merge_overrides, read_yaml
@@ -131,6 +131,18 @@ def clear_run(run_dir: Path) -> None:
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)``, then ``tmp`` renamed onto ``path`` (same folder): a reader, or a crash,
+    never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _flatten(cfg: TrainConfig) -> dict:

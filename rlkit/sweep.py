@@ -61,6 +61,7 @@ from rlkit.rundir import (
     clear_run,
     run_files,
     saved_config,
+    write_atomically,
 )
 from rlkit.tasks.loader import load_problems, shifted_train_problems
 
@@ -311,7 +312,7 @@ def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
         ],
     }
     path = spec.out / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1) + "\n"))
     return path
 
 

@@ -33,10 +33,11 @@ SEEDS = [0, 1, 2, 3, 4]
 GAIN = {"A": [0.10, 0.12, 0.08, 0.11, 0.09], "B": [0.15, 0.16, 0.12, 0.18, 0.14]}
 
 
-def fake_run(run_dir, start, end, tokens, steps=4):
-    """A finished run: config.yaml with ``steps`` and evaluations at steps 0 and ``steps``."""
+def fake_run(run_dir, start, end, tokens, steps=4, overrides=()):
+    """A finished run: config.yaml with ``steps`` (and ``overrides``) and evaluations at steps 0
+    and ``steps``."""
     run_dir.mkdir(parents=True)
-    cfg = load_config("tiny-cpu", [f"steps={steps}", f"output_dir={run_dir}"])
+    cfg = load_config("tiny-cpu", [f"steps={steps}", f"output_dir={run_dir}", *overrides])
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     rows = [{"step": 0, "eval/greedy_accuracy": start, "eval/pass@1": start / 2}]
     for step in range(1, steps + 1):
@@ -275,6 +276,14 @@ def test_damaged_manifest_is_a_clear_error(tmp_path, sweep_dir, capsys, text, me
         ({"runs": [{"arm": "A", "group_size": 4, "seed": 0}]}, "runs\\[0\\].dir must be a str"),
         ({"runs": ["A/G4/seed0"]}, "runs\\[0\\] must be an object"),
         ({"baseline": ["A"]}, "baseline must be an arm name or null"),
+        (
+            {"runs": [{"arm": "A", "group_size": 4, "seed": 0, "dir": d} for d in "ab"]},
+            "runs\\[1\\] repeats runs\\[0\\] \\(\\('A', 4, 0\\)\\)",
+        ),
+        (
+            {"runs": [{"arm": a, "group_size": 4, "seed": 0, "dir": "d"} for a in "AB"]},
+            "runs\\[1\\] repeats runs\\[0\\] \\('d'\\)",
+        ),
     ],
 )
 def test_wrong_shaped_manifest_names_the_entry(tmp_path, sweep_dir, capsys, change, message):
@@ -361,3 +370,23 @@ def test_one_seed_gives_no_interval_and_no_verdict(tmp_path, sweep_dir):
     assert "B better" not in table and "+5.0 [n/a]" in table and "n/a (1 seed)" in table
     assert claim_verdict(b["vs_baseline"], b["mdd"], expect=+1) == "not testable at this scale"
     assert paired_stats([0.05])["p"] is None
+
+
+def test_results_that_is_a_file_is_a_clear_error(tmp_path, sweep_dir, capsys):
+    (tmp_path / "results").write_text("not a folder")
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and f"cannot write the report into {tmp_path / 'results' / 'synthetic'}" in err
+
+
+def test_shift_without_an_evaluation_before_it_names_the_arm(tmp_path):
+    out, runs = tmp_path / "sweep", []
+    shift = ["task.shift={step: 2, arithmetic: {topics: [add]}}"]
+    for seed in (0, 1):
+        run_dir = out / "B" / "G4" / f"seed{seed}"
+        fake_run(run_dir, 0.5, 0.6, 100, overrides=shift)
+        write_rows(run_dir, read_rows(run_dir)[1:])  # no evaluation at step 0
+        runs.append({"arm": "B", "group_size": 4, "seed": seed, "dir": str(run_dir)})
+    manifest = {"name": "s", "spec_file": "s.yaml", "spec": {}, "command": "c", "runs": runs}
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="arm B at G=4: eval/greedy_accuracy: no evaluation on"):
+        write_report(out, tmp_path / "results")

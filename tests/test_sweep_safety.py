@@ -20,7 +20,7 @@ from rlkit import sweep
 from rlkit.checkpoint import load_checkpoint
 from rlkit.config import load_config
 from rlkit.metrics import read_metrics
-from rlkit.rundir import RunLock
+from rlkit.rundir import RunLock, write_atomically
 from rlkit.sweep import run_sweep
 from rlkit.trainer import Trainer
 
@@ -162,3 +162,18 @@ def test_killed_sweep_takes_its_worker_down(tmp_path, tiny_model_dir):
                 os.kill(worker, signal.SIGKILL)  # before the fix, the orphan trains on
             except ProcessLookupError:
                 pass
+
+
+def test_a_write_that_fails_halfway_leaves_the_previous_file(tmp_path):
+    path = tmp_path / "sweep.json"
+    path.write_text("previous")
+
+    def half_then_crash(tmp):
+        tmp.write_text("{half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(path, half_then_crash)
+    assert path.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == [path.name]
+    write_atomically(path, lambda tmp: tmp.write_text("new"))
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == [path.name]
