@@ -129,19 +129,21 @@ def test_killed_sweep_takes_its_worker_down(tmp_path, tiny_model_dir):
     path.write_text(yaml.safe_dump(spec | {"overrides": [*spec["overrides"], "steps=100000"]}))
     slot = tmp_path / "out" / "GRPO" / "G2" / "seed0"
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    sweep_process = subprocess.Popen(
-        [sys.executable, "-m", "rlkit.cli", "sweep", str(path)],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "sweep.log"
+    with log.open("w") as stderr:  # the child keeps its own copy of the file
+        sweep_process = subprocess.Popen(
+            [sys.executable, "-m", "rlkit.cli", "sweep", str(path)],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     worker = None
     try:
         metrics = slot / "metrics.jsonl"
 
         def trains() -> bool:
-            assert sweep_process.poll() is None, "the sweep ended before its run trained"
+            assert sweep_process.poll() is None, f"the sweep ended early: {log.read_text()}"
             return metrics.is_file() and metrics.read_text().count("\n") >= 2
 
         wait_for(trains, 240, "the run to train")
@@ -150,9 +152,9 @@ def test_killed_sweep_takes_its_worker_down(tmp_path, tiny_model_dir):
         sweep_process.send_signal(signal.SIGKILL)
         sweep_process.wait(timeout=30)
         wait_for(lambda: lock_is_free(slot / ".lock"), 30, "the worker to release the run lock")
-        steps = len(read_metrics(slot))
+        lines = metrics.read_text().count("\n")
         time.sleep(2)
-        assert len(read_metrics(slot)) == steps  # it stopped training
+        assert metrics.read_text().count("\n") == lines  # it stopped training
         with sweep.SweepLock(tmp_path / "out"), RunLock(slot):  # an immediate rerun could start
             pass
     finally:
