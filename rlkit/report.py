@@ -165,6 +165,12 @@ def finished_runs(manifest: dict) -> tuple[dict, dict, dict[str, str]]:
     for run in manifest["runs"]:
         run_dir, cell = Path(run["dir"]), (run["arm"], run["group_size"])
         try:
+            if not run_dir.is_dir():
+                where = "" if run_dir.is_absolute() else f" in {Path.cwd()}"
+                raise ValueError(
+                    f"no such directory{where} (sweep.json's relative paths are relative to the "
+                    "directory rlkit sweep ran in: run rlkit report from there)"
+                )
             rows = read_metrics(run_dir)
             cfg = saved_config(run_dir, check_paths=False)
             check_finished(rows, cfg.steps)

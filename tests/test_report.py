@@ -6,6 +6,7 @@ import csv
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -390,3 +391,20 @@ def test_shift_without_an_evaluation_before_it_names_the_arm(tmp_path):
     (out / "sweep.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="arm B at G=4: eval/greedy_accuracy: no evaluation on"):
         write_report(out, tmp_path / "results")
+
+
+def test_run_directories_not_found_say_where_they_were_looked_for(
+    tmp_path, sweep_dir, capsys, monkeypatch
+):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    for run in manifest["runs"]:  # relative to tmp_path, where the sweep "ran"
+        run["dir"] = str(Path(run["dir"]).relative_to(tmp_path))
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and f"sweep/A/G4/seed0 (no such directory in {elsewhere}" in err
+    assert "run rlkit report from there" in err
+    monkeypatch.chdir(tmp_path)
+    assert report(sweep_dir, tmp_path / "results", capsys)[0] == 0
