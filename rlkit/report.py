@@ -435,6 +435,8 @@ def write_report(
         "value": pooled_mdd([r["_diff"] for r in compared], seeds),
     }
     out = Path(results) / manifest["name"]  # a plain folder name (check_manifest)
+    if not out.resolve().is_relative_to(Path(results).resolve()):
+        raise ValueError(f"{out} is a link out of --results {results} (to {out.resolve()})")
     report = ["rlkit", "report", str(sweep_dir)]
     if str(results) != "results":
         report += ["--results", str(results)]

@@ -253,6 +253,15 @@ def test_report_writes_only_inside_results(tmp_path, sweep_dir, capsys, name):
     assert not (tmp_path / "x").exists() and not (tmp_path / "results").exists()
 
 
+def test_report_does_not_follow_a_link_out_of_results(tmp_path, sweep_dir, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "synthetic").symlink_to(elsewhere)
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and "is a link out of --results" in err and not any(elsewhere.iterdir())
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
