@@ -16,7 +16,7 @@ import pytest
 import yaml
 from test_sweep import write_spec
 
-from rlkit import sweep
+from rlkit import rundir, sweep
 from rlkit.checkpoint import load_checkpoint
 from rlkit.config import load_config
 from rlkit.metrics import read_metrics
@@ -179,3 +179,21 @@ def test_a_write_that_fails_halfway_leaves_the_previous_file(tmp_path):
     assert path.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == [path.name]
     write_atomically(path, lambda tmp: tmp.write_text("new"))
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_interrupted_clearing_keeps_the_config_that_says_whose_run_it_was(tmp_path, monkeypatch):
+    for name in ("checkpoints", "tensorboard"):
+        (tmp_path / name).mkdir()
+    for name in ("config.yaml", "metrics.jsonl"):
+        (tmp_path / name).write_text("x")
+    original = rundir.shutil.rmtree
+
+    def killed_at_tensorboard(path, *args, **kwargs):
+        if Path(path).name == "tensorboard":
+            raise KeyboardInterrupt
+        original(path, *args, **kwargs)
+
+    monkeypatch.setattr(rundir.shutil, "rmtree", killed_at_tensorboard)
+    with pytest.raises(KeyboardInterrupt):
+        rundir.clear_run(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "tensorboard"]
