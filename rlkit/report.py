@@ -98,7 +98,7 @@ def check_manifest(manifest, path: Path) -> None:
                 raise bad(
                     f"runs[{i}].{key}", value, f"a{'n' if kind is int else ''} {kind.__name__}"
                 )
-        for key in ((run["arm"], run["group_size"], run["seed"]), run["dir"]):
+        for key in ((run["arm"], run["group_size"], run["seed"]), str(Path(run["dir"]))):
             if key in seen:
                 raise ValueError(
                     f"{path}: runs[{i}] repeats runs[{seen[key]}] ({key!r}); rerun rlkit sweep"
@@ -187,7 +187,7 @@ def finished_runs(manifest: dict) -> tuple[dict, dict, dict[str, str]]:
             if steps < longest:
                 why[run_dir] = f"{steps} steps, {longest} in other runs of {arm} at G={g}"
                 del runs[arm, g][seed]
-    order = [run["dir"] for run in manifest["runs"]]
+    order = [str(Path(run["dir"])) for run in manifest["runs"]]
     return dict(runs), sizes, {d: why[d] for d in sorted(why, key=order.index)}
 
 

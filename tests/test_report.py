@@ -291,7 +291,12 @@ def test_damaged_manifest_is_a_clear_error(tmp_path, sweep_dir, capsys, text, me
             "runs\\[1\\] repeats runs\\[0\\] \\(\\('A', 4, 0\\)\\)",
         ),
         (
-            {"runs": [{"arm": a, "group_size": 4, "seed": 0, "dir": "d"} for a in "AB"]},
+            {
+                "runs": [
+                    {"arm": a, "group_size": 4, "seed": 0, "dir": d}
+                    for a, d in [("A", "d"), ("B", "./d")]
+                ]
+            },
             "runs\\[1\\] repeats runs\\[0\\] \\('d'\\)",
         ),
     ],
@@ -417,3 +422,15 @@ def test_run_directories_not_found_say_where_they_were_looked_for(
     assert "run rlkit report from there" in err
     monkeypatch.chdir(tmp_path)
     assert report(sweep_dir, tmp_path / "results", capsys)[0] == 0
+
+
+def test_left_out_runs_given_with_dot_slash_keep_the_manifest_order(tmp_path, sweep_dir, capsys):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    for run in manifest["runs"]:
+        run["dir"] = "./" + str(Path(run["dir"]).relative_to(tmp_path))
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    shutil.rmtree(sweep_dir / "A" / "G4" / "seed1")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        summary, _, _ = summary_of(sweep_dir, tmp_path / "results")
+    assert summary["missing"] == ["sweep/A/G4/seed1", "sweep/B/G4/seed5"]
