@@ -394,7 +394,7 @@ def markdown(
         lines.append("")
     if missing:
         left_out = "; ".join(f"{run_dir} ({why})" for run_dir, why in missing.items())
-        lines += [f"Not finished, left out: {left_out}", ""]
+        lines += [f"Left out (not finished or not readable): {left_out}", ""]
     lines += [f"![accuracy vs generated tokens]({FIGURE})", ""]
     return "\n".join(lines)
 
