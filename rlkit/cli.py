@@ -87,10 +87,10 @@ def _eval(args) -> None:
 
 
 def _plot(args) -> None:
-    from rlkit.plotting import plot_runs
+    from rlkit.plotting import plot_runs, unique_labels
 
     out = args.out or str(Path(args.run_dirs[0]) / "curves.png")
-    print(plot_runs({Path(d).name: d for d in args.run_dirs}, out))
+    print(plot_runs(unique_labels(args.run_dirs), out))
 
 
 def _demo(args) -> None:

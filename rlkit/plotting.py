@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -76,3 +76,30 @@ def plot_runs(
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
+
+
+def unique_labels(run_dirs: Sequence[Path | str]) -> dict[str, Path]:
+    """{label: run directory}, each run labelled by the shortest end of its path that no other
+    run's path ends with: every sweep's runs end in ``…/G4/seed0``, so ``seed0`` alone would
+    draw several runs as one. A directory given twice is a ValueError."""
+    paths = [Path(d) for d in run_dirs]
+    seen = {}
+    for given, path in zip(run_dirs, paths):
+        if path.resolve() in seen:
+            raise ValueError(
+                f"run directory {given} is given twice (also as {seen[path.resolve()]})"
+            )
+        seen[path.resolve()] = given
+    labels = {}
+    for path in paths:
+        others = [p.parts for p in paths if p is not path]
+        k = next(
+            (
+                k
+                for k in range(1, len(path.parts))
+                if all(o[-k:] != path.parts[-k:] for o in others)
+            ),
+            len(path.parts),
+        )
+        labels[str(Path(*path.parts[-k:]))] = path
+    return labels
