@@ -1,5 +1,5 @@
 """Figures readable at their saved size, one colour per run, CI-scale figures and runs in a
-temporary folder, and no bitsandbytes kernels-community notice (issue 17)."""
+temporary folder, and no tqdm-widget or bitsandbytes kernels-community notice (issue 17)."""
 
 import logging
 import subprocess
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from rlkit import BNB_KERNEL_NOTICE
 from rlkit import plotting as rlkit_plotting
 from rlkit.figure_style import FIGURE_DPI
-from rlkit.models import BNB_KERNEL_NOTICE
 from simulations import plotting, scale
 
 MIN_TEXT_PX = 11  # 8 pt at 100 dpi; the old legends were 6-7 pt at 80 dpi (5-7 px glyphs)
@@ -104,11 +104,22 @@ def test_the_bitsandbytes_kernels_notice_is_dropped_and_nothing_else(caplog):
     assert [r.getMessage() for r in caplog.records] == ["another bitsandbytes warning"]
 
 
-def test_importing_the_policy_loader_prints_nothing():
+TQDM_NOTICE_SCRIPT = """
+import warnings
+import rlkit.models.loading  # imports peft, hence bitsandbytes (its notice on AVX512-BF16 CPUs)
+from tqdm import TqdmWarning
+for message in (  # tqdm 4.70's message (tqdm/autonotebook.py in a Jupyter kernel), another one
+    "IProgress not found. Please update jupyter and ipywidgets. See https://ipywidgets",
+    "another tqdm warning",
+):
+    warnings.warn_explicit(message, TqdmWarning, "tqdm/auto.py", 21, module="tqdm.auto")
+"""
+
+
+def test_importing_rlkit_drops_the_two_notices_and_nothing_else():
+    # a fresh interpreter: pytest resets warning filters around collection
     err = subprocess.run(
-        [sys.executable, "-c", "import rlkit.models.loading"],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", TQDM_NOTICE_SCRIPT], capture_output=True, text=True, check=True
     ).stderr
-    assert "kernels-community" not in err and "Traceback" not in err
+    assert "kernels-community" not in err and "IProgress" not in err
+    assert "another tqdm warning" in err

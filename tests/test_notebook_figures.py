@@ -4,7 +4,6 @@ import importlib.util
 from pathlib import Path
 
 import nbformat
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("execute_full", ROOT / "notebooks/execute_full.py")
@@ -32,10 +31,3 @@ def test_check_readme_flags_a_figure_missing_from_the_outputs(tmp_path):
 def test_the_committed_readme_matches_the_committed_notebooks():
     assert execute_full.quoted_figures(), "the README's notebooks table quotes no figure"
     assert execute_full.check_readme() == []
-
-
-def test_execution_refuses_without_ipywidgets(monkeypatch, capsys):
-    monkeypatch.setattr(execute_full.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(execute_full, "execute", lambda path: pytest.fail("executed"))
-    assert execute_full.main(["01_shrinkage_mse.ipynb"]) == 2
-    assert "ipywidgets is not installed" in capsys.readouterr().err
