@@ -5,7 +5,9 @@ tracked tree as it was)."""
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -75,3 +77,36 @@ def test_make_notebooks_allows_root_only_as_root():
     jupyter = [line for line in dry_run.splitlines() if "jupyter lab" in line]
     assert len(jupyter) == 1
     assert ("--allow-root" in jupyter[0]) == (os.geteuid() == 0)
+
+
+def test_a_ci_scale_nbval_run_leaves_no_file_behind(tmp_path):
+    """A notebook run as ``make test`` runs it (nbval, RLKIT_NB_SCALE=ci) writes its figure and
+    run directory to a temporary folder that is gone afterwards: nothing new next to the notebook,
+    nothing left in the system's temporary folder."""
+    folder, system_tmp = tmp_path / "notebooks", tmp_path / "tmp"
+    folder.mkdir()
+    system_tmp.mkdir()
+    shutil.copy(ROOT / "notebooks/conftest.py", folder)
+    cell = nbformat.v4.new_code_cell(
+        "from simulations import plotting\n"
+        "from simulations.scale import output_dir\n"
+        "fig, _ = plotting.figure()\n"
+        'plotting.save(fig, "06_curves")\n'
+        'run = output_dir("runs/06")\n'
+        "run.mkdir(parents=True)\n"
+        '(run / "metrics.jsonl").write_text("{}")\n'
+        "assert plotting.figure_path('06_curves').is_file()"
+    )
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), folder / "nb.ipynb")
+    env = os.environ | {"RLKIT_NB_SCALE": "ci", "TMPDIR": str(system_tmp)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "nb.ipynb"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["conftest.py", "nb.ipynb"]
+    assert list(system_tmp.iterdir()) == []
