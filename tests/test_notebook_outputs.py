@@ -70,6 +70,21 @@ def test_figures_and_runs_are_written_through_the_ci_redirect(path):
     )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_figures_keep_the_shared_readable_text_sizes(path):
+    # rlkit/figure_style.py sizes every text for its saved resolution; a notebook's own
+    # fontsize=6 legend was a 5-7 px glyph at 80 dpi
+    nb = nbformat.read(path, as_version=4)
+    own_sizes = [
+        f"cell {i}: {line.strip()}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+        if re.search(r"fontsize=|labelsize=", line)
+    ]
+    assert not own_sizes, "\n".join(own_sizes)
+
+
 def test_make_notebooks_allows_root_only_as_root():
     dry_run = subprocess.run(
         ["make", "-n", "notebooks"], cwd=ROOT, capture_output=True, text=True, check=True
