@@ -308,29 +308,31 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
 
 def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50) -> Path:
     """One panel per G: ``metric`` against generated tokens per arm, mean over seeds with a 95%
-    band (each seed's curve interpolated onto the token range every seed reached)."""
+    band (each seed's curve interpolated onto the token range every seed reached), in the shared
+    figure style (:mod:`rlkit.figure_style`)."""
+    from rlkit.figure_style import FIGURE_DPI, STYLE
     from rlkit.plotting import plt
 
     sizes = sorted({g for _, g in runs})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
-    for ax, g in zip(axes.flat, sizes):
-        for (arm, size), seeds in runs.items():
-            if size != g:
-                continue
-            curves = [eval_curve(rows, metric) for rows in seeds.values()]
-            grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
-            ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
-            ax.plot(grid, ys.mean(0), label=arm)
-            if len(ys) > 1:
-                band = mean_ci(ys)
-                ax.fill_between(grid, band.low, band.high, alpha=0.2)
-        ax.set_title(f"G = {g}", fontsize=9)
-        ax.set_xlabel("generated tokens (incl. probe)", fontsize=8)
-        ax.set_ylabel(f"{metric} (%)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=90, format="png"))
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
+        for ax, g in zip(axes.flat, sizes):
+            for (arm, size), seeds in runs.items():
+                if size != g:
+                    continue
+                curves = [eval_curve(rows, metric) for rows in seeds.values()]
+                grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
+                ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
+                ax.plot(grid, ys.mean(0), label=arm)
+                if len(ys) > 1:
+                    band = mean_ci(ys)
+                    ax.fill_between(grid, band.low, band.high, alpha=0.2)
+            ax.set_title(f"G = {g}")
+            ax.set_xlabel("generated tokens (incl. probe)")
+            ax.set_ylabel(f"{metric} (%)")
+            ax.legend()
+        fig.tight_layout()
+        write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
     plt.close(fig)
     return out
 

@@ -123,3 +123,18 @@ def test_importing_rlkit_drops_the_two_notices_and_nothing_else():
     ).stderr
     assert "kernels-community" not in err and "IProgress" not in err
     assert "another tqdm warning" in err
+
+
+def test_sweep_report_figure_is_readable_at_its_saved_size(tmp_path, monkeypatch):
+    from rlkit import report
+
+    figures = []
+    monkeypatch.setattr(rlkit_plotting.plt, "close", figures.append)
+    curve = [{"step": s, "eval/greedy_accuracy": 0.5 + 0.01 * s} for s in (0, 5, 10)]
+    for i, row in enumerate(curve):
+        row["tokens/generated"] = 100 * i
+    runs = {(arm, 4): {0: curve, 1: curve} for arm in ("GRPO", "EBPO")}
+    out = report.plot_accuracy_vs_tokens(runs, "eval/greedy_accuracy", tmp_path / "a.png")
+    (fig,) = figures
+    assert Image.open(out).size == tuple(round(v * FIGURE_DPI) for v in fig.get_size_inches())
+    assert min(text_heights_px(fig).values()) >= MIN_TEXT_PX
