@@ -309,8 +309,10 @@ class Trainer:
         self.curriculum_pass_rates = pass_rates
         self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
         self.shifted = False
-        if state and cfg.task.shift and state["step"] >= cfg.task.shift["step"]:
-            self.shift_task()  # the checkpoint's sampler state belongs to the shifted prompts
+        if state and cfg.task.shift and state["step"] > cfg.task.shift["step"]:
+            # the checkpoint's sampler state belongs to the shifted prompts; one saved at the
+            # shift step itself was written before step() shifted, so it holds the original's
+            self.shift_task()
         if state:
             self.load_state(checkpoint.path, state)
         self.logger = None
