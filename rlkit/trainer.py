@@ -17,6 +17,7 @@ One step, top to bottom (:meth:`Trainer.step`):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -47,7 +48,13 @@ from rlkit.models.loading import (
     train_mode_changes_forward,
 )
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
+from rlkit.rollout import (
+    NonFiniteScoresError,
+    RolloutBatch,
+    concat_rollouts,
+    generate_in_batches,
+    sequence_logprobs,
+)
 from rlkit.rundir import (
     CONFIG,
     RunLock,
@@ -339,15 +346,35 @@ class Trainer:
 
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
-        return sampled_pass_rates(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.train_problems,
-            self.scorer,
-            k=self.cfg.eval.k,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            batch_size=self.cfg.eval.batch_size,
-        )
+        with self.finite_sampling():
+            return sampled_pass_rates(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.train_problems,
+                self.scorer,
+                k=self.cfg.eval.k,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                batch_size=self.cfg.eval.batch_size,
+            )
+
+    @contextlib.contextmanager
+    def finite_sampling(self):
+        """Turn sampling's non-finite scores (a broken policy: finite but huge weights can pass
+        the update's one-row check, :meth:`check_finite_policy`) into a NonFiniteError naming
+        the step, raised before anything of this step is logged or saved."""
+        try:
+            yield
+        except NonFiniteScoresError as err:
+            done = self.step_count
+            raise NonFiniteError(
+                f"sampling after step {done} met {err}: "
+                + (
+                    "the starting policy is non-finite"
+                    if done == 0
+                    else "an optimizer step left the policy non-finite; lower optim.lr "
+                    f"(now {self.cfg.optim.lr:g}). The run's checkpoints are kept."
+                )
+            ) from None
 
     # ------------------------------------------------------------------ rollouts
     def sample_groups(
@@ -362,16 +389,17 @@ class Trainer:
         if self.engine is not None:
             rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
         else:
-            rollouts = generate_in_batches(
-                self.policy.model,
-                self.policy.tokenizer,
-                prompts,
-                temps,
-                ro.max_new_tokens,
-                ro.generation_batch_size or None,
-                top_p=ro.top_p,
-                top_k=ro.top_k,
-            )
+            with self.finite_sampling():
+                rollouts = generate_in_batches(
+                    self.policy.model,
+                    self.policy.tokenizer,
+                    prompts,
+                    temps,
+                    ro.max_new_tokens,
+                    ro.generation_batch_size or None,
+                    top_p=ro.top_p,
+                    top_k=ro.top_k,
+                )
         t0 = time.perf_counter()
         scored = self.scorer.score(
             rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
@@ -766,16 +794,17 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
         ev = self.cfg.eval
-        return evaluate(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.eval_problems,
-            self.scorer,
-            ev.k,
-            ev.temperature,
-            self.cfg.rollout.max_new_tokens,
-            ev.batch_size,
-        )
+        with self.finite_sampling():
+            return evaluate(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.eval_problems,
+                self.scorer,
+                ev.k,
+                ev.temperature,
+                self.cfg.rollout.max_new_tokens,
+                ev.batch_size,
+            )
 
     def state_dict(self) -> dict:
         return {

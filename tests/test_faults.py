@@ -289,6 +289,24 @@ def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny
         trainer.train()
 
 
+def test_a_broken_policy_that_passes_the_update_check_stops_at_sampling(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    # finite but huge weights can give finite log-probs on the update's one probe row: the
+    # sampling of the next step is where torch.multinomial would then fail with a bare error
+    monkeypatch.setattr(Trainer, "check_finite_policy", lambda self, probe, temps: None)
+    cfg = make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3", "checkpoint_every=1")
+    trainer = Trainer(cfg)
+    trainer.scorer = PatternScorer()
+    with pytest.raises(
+        NonFiniteError,
+        match=r"sampling after step 1 met non-finite next-token scores .*lower optim.lr",
+    ):
+        trainer.train()
+    assert latest_checkpoint(tmp_path).name == "step_000001"
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1]
+
+
 def test_cli_reports_a_broken_update_in_one_line(trained_run, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(trainer_module, "RewardScorer", lambda *args, **kwargs: PatternScorer())
     config = str(trained_run / "config.yaml")
