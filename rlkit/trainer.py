@@ -62,6 +62,7 @@ from rlkit.rundir import (
     check_resume_config,
     check_run_files,
     clear_run,
+    confined,
     saved_config,
 )
 from rlkit.sampling import PromptSampler
@@ -160,6 +161,16 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trained_model(run_dir: Path) -> str:
+    """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
+    messages ("unknown" when the file does not say)."""
+    try:
+        model = yaml.safe_load(confined(run_dir, run_dir / CONFIG).read_text())["model"]
+        return f"{model['name_or_path']} ({model.get('mode', 'full')})"
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+        return "unknown"
 
 
 def resolve_model_path(cfg: TrainConfig) -> str:
@@ -822,8 +833,24 @@ class Trainer:
             "counters": dict(self.counters),
         }
 
+    def load_policy_state(self, policy_dir: Path) -> None:
+        """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
+        (``rlkit eval --config`` with another model) is a ValueError naming both models and the
+        first mismatch, not a size-mismatch traceback."""
+        try:
+            self.policy.load_trainable_state(policy_dir)
+        except (RuntimeError, ValueError, OSError) as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            first = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
+            model = self.cfg.model
+            raise ValueError(
+                f"{policy_dir} holds weights of another model than model.name_or_path="
+                f"{model.name_or_path} ({model.mode}): {first.rstrip('.')}; the run's {CONFIG} "
+                f"names model {trained_model(self.run_dir)}"
+            ) from None
+
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        self.policy.load_trainable_state(checkpoint / "policy")
+        self.load_policy_state(checkpoint / "policy")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.estimator.load_state_dict(state["estimator"])

@@ -336,3 +336,22 @@ def test_file_planted_into_a_checkpoint_makes_it_unusable(run, tiny_model_dir):
         trainer = Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True)
     assert trainer.step_count == 1
     trainer.close()
+
+
+def test_eval_of_another_models_checkpoint_names_both_models(run, capsys):
+    # the run trained the test's tiny Llama; the tiny-cpu preset's model is the built-in one
+    assert main(["eval", "--checkpoint", str(run), "--config", "tiny-cpu", "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert (
+        f"{run / 'checkpoints' / 'step_000002' / 'policy'} holds weights of another model" in error
+    )
+    assert "model.name_or_path=builtin:tiny (full)" in error
+    assert "size mismatch for model.embed_tokens.weight" in error
+    assert "the run's config.yaml names model " in error and "tiny-llama" in error
+
+
+def test_eval_of_a_checkpoint_in_another_mode_names_both(run, capsys):
+    assert main(["eval", "--checkpoint", str(run), "model.mode=lora", "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert "holds weights of another model than model.name_or_path=" in error
+    assert "(lora): No such file or directory" in error and error.endswith("(full)")
