@@ -29,6 +29,9 @@ from rlkit.tasks.arithmetic import arithmetic_task
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
+# A config or sweep spec is a few kilobytes; a larger file is a mistake (and would take PyYAML
+# minutes to parse), so it is refused before parsing.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _choice(key: str, value: Any, allowed: typing.Iterable) -> None:
@@ -424,7 +427,18 @@ def read_yaml(name_or_path: str) -> dict:
             raise ValueError(f"unknown preset {name_or_path!r}; known: {preset_names()}")
     if not path.is_file():
         raise ValueError(f"config file not found: {name_or_path}")
-    data = _load_yaml(path.read_text(), f"config {path}")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"config {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config is a few "
+            "kilobytes of YAML (is this the right file?)"
+        )
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"config {path} is not UTF-8 text: {err}") from None
+    data = _load_yaml(text, f"config {path}")
     if data is None:
         raise ValueError(f"config {path} is empty")
     if not isinstance(data, dict):
@@ -433,7 +447,21 @@ def read_yaml(name_or_path: str) -> dict:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last)."""
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last)
+    and any alias (``*name``): aliases let a few hundred bytes expand into billions of nodes (the
+    "billion laughs"), and a config has no need for them."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor}: YAML aliases are not accepted in a config (write the "
+                "value out)",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
@@ -452,9 +480,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def _load_yaml(text: str, source: str) -> Any:
-    """Parse YAML safely; a syntax error or a duplicate key is a ValueError naming the line."""
+    """Parse YAML safely; a syntax error, a duplicate key or an alias is a ValueError naming the
+    line."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ValueError(f"{source}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
