@@ -58,10 +58,13 @@ def _check_gpu_memory(cfg) -> None:
 
 def _plan(args) -> None:
     from rlkit.config import load_config
-    from rlkit.plan import build_plan, format_plan
+    from rlkit.plan import DEFAULT_HEADROOM, build_plan, format_plan
 
+    if args.headroom is not None and args.gpu_mem is None:
+        raise ValueError("--headroom needs --gpu-mem (it is the share of that memory kept free)")
     plan = build_plan(load_config(args.config, args.overrides), args.prompt_tokens)
-    print(format_plan(plan, args.gpu_mem, args.headroom))
+    headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
+    print(format_plan(plan, args.gpu_mem, headroom))
 
 
 def _eval(args) -> None:
@@ -178,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", default="qwen3-8b-qlora", help="preset name or YAML path")
     plan.add_argument("--gpu-mem", type=float, help="GPU memory in GiB: print the largest chunks")
     plan.add_argument("--prompt-tokens", type=int, default=512, help="assumed prompt length")
-    plan.add_argument("--headroom", type=float, default=0.1, help="fraction of --gpu-mem kept free")
+    plan.add_argument(
+        "--headroom", type=float, help="fraction of --gpu-mem kept free, in [0, 1) (default 0.1)"
+    )
     plan.add_argument("overrides", nargs="*", help="key=value overrides")
     plan.set_defaults(func=_plan)
 

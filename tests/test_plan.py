@@ -4,6 +4,7 @@ the 8B shapes from the shipped configs (meta device, no weights)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -128,3 +129,32 @@ def test_vllm_engine_leaves_its_share_of_the_gpu():
     check_fits(hf, 24 * GIB)
     with pytest.raises(ValueError, match=r"rollout.vllm_memory=0.5 for vLLM"):
         check_fits(vllm, 24 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gpu-mem", "0"], "--gpu-mem must be a positive number of GiB, got 0.0"),
+        (["--gpu-mem", "-24"], "--gpu-mem must be a positive number of GiB, got -24.0"),
+        (["--gpu-mem", "nan"], "--gpu-mem must be a positive number of GiB, got nan"),
+        (["--gpu-mem", "inf"], "--gpu-mem must be a positive number of GiB, got inf"),
+        (["--gpu-mem", "24", "--headroom", "1.5"], r"headroom \(--headroom\) must be in \[0, 1\)"),
+        (["--gpu-mem", "24", "--headroom", "-0.1"], r"must be in \[0, 1\), got -0.1"),
+        (["--gpu-mem", "24", "--headroom", "nan"], r"must be in \[0, 1\), got nan"),
+        (["--headroom", "0.2"], "--headroom needs --gpu-mem"),
+        (
+            [
+                "--gpu-mem",
+                "24",
+                "--headroom",
+                "0.5",
+                "rollout.engine=vllm",
+                "rollout.vllm_memory=0.5",
+            ],
+            "leaves no GPU memory for training",
+        ),
+    ],
+)
+def test_plan_refuses_a_gpu_size_or_headroom_that_means_nothing(capsys, flags, message):
+    assert main(["plan", "--config", "qwen3-8b-qlora", *flags]) == 2
+    assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
