@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from rlkit.advantages import get_estimator
 from rlkit.checkpoint import load_checkpoint, save_checkpoint
-from rlkit.config import BUILTIN_MODEL, TrainConfig, inactive_clips
+from rlkit.config import BUILTIN_MODEL, TrainConfig, inactive_clips, read_yaml
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
@@ -167,9 +167,9 @@ def trained_model(run_dir: Path) -> str:
     """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
     messages ("unknown" when the file does not say)."""
     try:
-        model = yaml.safe_load(confined(run_dir, run_dir / CONFIG).read_text())["model"]
+        model = read_yaml(str(confined(run_dir, run_dir / CONFIG)))["model"]
         return f"{model['name_or_path']} ({model.get('mode', 'full')})"
-    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "unknown"
 
 
