@@ -40,6 +40,15 @@ def _choice(key: str, value: Any, allowed: typing.Iterable) -> None:
         raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
 
 
+def _expand_path(key: str, value: str) -> str:
+    """``~`` and ``$VAR``/``${VAR}`` expanded, as a shell would (a literal ``~`` directory is
+    never what was meant); an unset variable is a ValueError naming ``key``."""
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    if "$" in expanded:
+        raise ValueError(f"{key}={value!r} names an environment variable that is not set")
+    return expanded
+
+
 def _positive(key: str, value: float, strict: bool = True) -> None:
     if value < 0 or (strict and value == 0):
         raise ValueError(f"{key} must be {'> 0' if strict else '>= 0'}, got {value!r}")
@@ -52,6 +61,10 @@ class ModelConfig(ModelSpec):
 
     name_or_path: str = BUILTIN_MODEL
     mode: str = "full"
+
+    def __post_init__(self):
+        self.name_or_path = _expand_path("model.name_or_path", self.name_or_path)
+        super().__post_init__()
 
 
 @dataclass
@@ -79,6 +92,9 @@ class TaskConfig:
     shift: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self.name = _expand_path("task.name", self.name)
+        if self.eval_name is not None:
+            self.eval_name = _expand_path("task.eval_name", self.eval_name)
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
         if self.arithmetic:
             if self.name != "arithmetic":
@@ -303,6 +319,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
+        self.output_dir = _expand_path("output_dir", self.output_dir)
         _positive("steps", self.steps)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)

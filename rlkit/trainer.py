@@ -68,7 +68,13 @@ from rlkit.rundir import (
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems, shifted_train_problems, subset, warn_long_prompts
+from rlkit.tasks.loader import (
+    check_sizes,
+    load_problems,
+    shifted_train_problems,
+    subset,
+    warn_long_prompts,
+)
 
 
 class NonFiniteError(RuntimeError):
@@ -254,6 +260,10 @@ class Trainer:
         seed_everything(cfg.seed)
 
         self.train_problems, eval_problems = load_problems(cfg.task)
+        # from step task.shift.step on, training draws these (shift_task)
+        self.shift_problems = shifted_train_problems(cfg.task) if cfg.task.shift else None
+        trains = () if self.read_only else (self.train_problems, self.shift_problems)
+        check_sizes(cfg, eval_problems, *trains)  # evaluation only: training sets do not matter
         # a seeded sample, not a prefix: the splits are ordered cell by cell (topic, difficulty)
         self.eval_problems = subset(eval_problems, cfg.eval.num_problems)
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
@@ -348,7 +358,7 @@ class Trainer:
     def shift_task(self) -> None:
         """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 08's
         difficulty shift), in a fresh order under the run's seed."""
-        problems = shifted_train_problems(self.cfg.task)
+        problems = self.shift_problems
         if self.cfg.task.chat_template:
             problems = chat_problems(problems, self.policy.tokenizer)
         self.train_problems = problems

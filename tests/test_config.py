@@ -139,3 +139,33 @@ def test_shared_prompt_forward_refuses_gradient_checkpointing():
 def test_clips_that_cannot_act_are_named(overrides, expected):
     """tiny-cpu: 32 prompts × 8 = 256 rows, one epoch over one mini-batch (docs/algorithms.md §4)."""
     assert inactive_clips(load_config("tiny-cpu", overrides)) == expected
+
+
+def test_paths_expand_home_and_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RLKIT_TEST_RUNS", str(tmp_path / "runs"))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "output_dir=~/run",
+            "model.name_or_path=$HOME/model",
+            "task.name=~/data.jsonl",
+            "task.eval_name=${RLKIT_TEST_RUNS}/../data.jsonl",
+        ],
+    )
+    assert cfg.output_dir == str(tmp_path / "run")
+    assert cfg.model.name_or_path == str(tmp_path / "model")
+    assert cfg.task.name == str(tmp_path / "data.jsonl")
+    assert cfg.task.eval_name == str(tmp_path / "runs" / ".." / "data.jsonl")
+    assert load_config("tiny-cpu", ["output_dir=$RLKIT_TEST_RUNS/a"]).output_dir == str(
+        tmp_path / "runs" / "a"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"output_dir='\$RLKIT_NO_SUCH_VARIABLE/x' names an environment variable that is "
+        "not set",
+    ):
+        load_config("tiny-cpu", ["output_dir=$RLKIT_NO_SUCH_VARIABLE/x"])
