@@ -111,17 +111,17 @@ class TaskConfig:
     def _check_shift(self) -> None:
         if self.name != "arithmetic":
             raise ValueError("task.shift only applies to task.name=arithmetic")
-        unknown = set(self.shift) - {"step", "arithmetic"}
+        unknown = sorted(set(self.shift) - {"step", "arithmetic"})
         if unknown:
             raise ValueError(
-                f"task.shift: unknown key(s) {sorted(unknown)}; known: arithmetic, step"
+                f"unknown config key task.shift.{unknown[0]}; known keys: ['arithmetic', 'step']"
             )
         step = self.shift.get("step")
         if not isinstance(step, int) or isinstance(step, bool) or step < 1:
             raise ValueError(f"task.shift.step must be an integer >= 1, got {step!r}")
         if not isinstance(self.shift.get("arithmetic"), dict):
             raise ValueError("task.shift.arithmetic must be a mapping of ArithmeticTask fields")
-        arithmetic_task(self.shift["arithmetic"])
+        arithmetic_task(self.shift["arithmetic"], "task.shift.arithmetic")
 
 
 @dataclass

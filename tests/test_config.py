@@ -68,8 +68,15 @@ def test_overrides_are_typed_and_nested():
         ("optim.logprob_micro_batch_size=-1", "optim.logprob_micro_batch_size must be >= 0"),
         ("eval.at_start=sometimes", "eval.at_start must be true or false"),
         ("task.shift={step: 0, arithmetic: {}}", "task.shift.step must be an integer >= 1"),
-        ("task.shift={step: 5, arithmetic: {topics: [div]}}", "topics"),
-        ("task.shift={step: 5, arithmetic: {}, when: 3}", "task.shift: unknown key"),
+        (
+            "task.shift={step: 5, arithmetic: {topics: [div]}}",
+            r"^task\.shift\.arithmetic: topics: unknown topic 'div'",
+        ),
+        (
+            "task.shift={step: 5, arithmetic: {topcs: [mul]}}",
+            r"^unknown config key task\.shift\.arithmetic\.topcs; known",
+        ),
+        ("task.shift={step: 5, arithmetic: {}, when: 3}", "unknown config key task.shift.when"),
         ("task.shift={step: 5}", "task.shift.arithmetic must be a mapping"),
         ("task.shift={step: 100, arithmetic: {}}", r"task.shift.step \(100\) must be below steps"),
     ],

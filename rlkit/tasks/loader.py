@@ -111,5 +111,5 @@ def shifted_train_problems(task_cfg) -> list[Problem]:
     task ``task.shift.arithmetic``, subset to ``task.num_train`` like the original."""
     from rlkit.tasks.arithmetic import arithmetic_task
 
-    task = arithmetic_task(task_cfg.shift["arithmetic"])
+    task = arithmetic_task(task_cfg.shift["arithmetic"], "task.shift.arithmetic")
     return subset(task.problems("train"), task_cfg.num_train)
