@@ -581,6 +581,156 @@ def check_combination(cfg: TrainConfig) -> None:
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
             f"(got task.name={cfg.task.name!r})"
         )
+    if ignored := ignored_settings(cfg):
+        raise ValueError(ignored[0])
+
+
+def _default(section: Any, name: str) -> Any:
+    """The dataclass default of field ``name`` of a config section."""
+    f = next(f for f in dataclasses.fields(section) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def ignored_settings(cfg: TrainConfig) -> list[str]:
+    """Settings changed from their default that cannot act, because another setting replaces
+    or switches off what they control; one message per setting, naming both keys.
+
+    A changed setting must act or be refused: dropping it without a word (AGPO's adaptive clip
+    replacing the 8B presets' clip-higher ``loss.eps_high=0.28``) gives a run that is not the
+    one asked for. Every rule is a row here (docs/algorithms.md §4)."""
+    agpo, ro, task, model = cfg.agpo, cfg.rollout, cfg.task, cfg.model
+    estimator = cfg.algo.estimator
+    rules = [  # (section key, section, fields, ignored?, because, what to do)
+        (
+            "loss",
+            cfg.loss,
+            ("eps_low", "eps_high"),
+            agpo.enabled and agpo.adaptive_clip,
+            "agpo.enabled=true and agpo.adaptive_clip=true: AGPO's clip radius replaces it "
+            "(symmetric, per prompt, from agpo.clip's eps_base, default 0.2)",
+            "set the radius in agpo.clip, or agpo.adaptive_clip=false to keep the loss's clip",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("probe", "adaptive_temperature", "adaptive_clip", "temperature", "clip"),
+            not agpo.enabled,
+            "agpo.enabled=false: the AGPO controllers are off",
+            "set agpo.enabled=true or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("dispersion",),
+            not agpo.enabled and estimator != "agpo",
+            f"agpo.enabled=false and algo.estimator={estimator}: neither AGPO's probe nor its "
+            "advantage runs",
+            "set agpo.enabled=true or algo.estimator=agpo, or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("temperature",),
+            agpo.enabled and not agpo.adaptive_temperature,
+            "agpo.adaptive_temperature=false: the temperature controller is off",
+            "set agpo.adaptive_temperature=true or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("clip",),
+            agpo.enabled and not agpo.adaptive_clip,
+            "agpo.adaptive_clip=false: the clip controller is off",
+            "set agpo.adaptive_clip=true or leave it at its default",
+        ),
+        (
+            "algo",
+            cfg.algo,
+            ("cluster_key",),
+            estimator != "ebpo",
+            f"algo.estimator={estimator}: only EBPO's priors use clusters",
+            "set algo.estimator=ebpo or leave it unset",
+        ),
+        (
+            "rollout",
+            ro,
+            ("max_gen_batches",),
+            not ro.dynamic_sampling,
+            "rollout.dynamic_sampling=false: one generation batch per step",
+            "set rollout.dynamic_sampling=true or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("overlong_penalty",),
+            ro.overlong_buffer == 0,
+            "rollout.overlong_buffer=0: overlong reward shaping is off",
+            "set rollout.overlong_buffer > 0 or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("vllm_memory",),
+            ro.engine == "hf",
+            "rollout.engine=hf: there is no vLLM engine",
+            "set rollout.engine=vllm or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("generation_batch_size",),
+            ro.engine == "vllm",
+            "rollout.engine=vllm: vLLM batches the training rollouts itself",
+            "leave it at 0 (rollout.vllm_memory bounds vLLM's memory)",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("kl_estimator",),
+            cfg.loss.kl_coef == 0 and cfg.optim.skip_redundant_passes,
+            "loss.kl_coef=0: there is no KL term (and no kl metric)",
+            "set loss.kl_coef > 0 or leave it at its default",
+        ),
+        (
+            "model",
+            model,
+            ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
+            model.mode == "full",
+            "model.mode=full: there is no LoRA adapter",
+            "set model.mode=lora or qlora, or leave it at its default",
+        ),
+        (
+            "model",
+            model,
+            ("quant_type", "double_quant"),
+            model.mode != "qlora",
+            f"model.mode={model.mode}: the base model is not 4-bit",
+            "set model.mode=qlora or leave it at its default",
+        ),
+        (
+            "task",
+            task,
+            ("template", "eval_name"),
+            task.name == "arithmetic",
+            "task.name=arithmetic: the built-in task has its own prompts and eval split",
+            "use a dataset task.name, or leave it unset",
+        ),
+        (
+            "task",
+            task,
+            ("reward_timeout_s",),
+            task.reward_workers == 0,
+            "task.reward_workers=0: rewards are scored in-process, where no timeout is enforced",
+            "set task.reward_workers >= 1 or leave it at its default",
+        ),
+    ]
+    return [
+        f"{key}.{name}={getattr(section, name)!r} has no effect with {because}; {fix}"
+        for key, section, names, ignored, because, fix in rules
+        if ignored
+        for name in names
+        if getattr(section, name) != _default(section, name)
+    ]
 
 
 def inactive_clips(cfg: TrainConfig) -> list[str]:

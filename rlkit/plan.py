@@ -141,7 +141,7 @@ class MemoryPlan:
 
     def __init__(self, cfg: TrainConfig, shape: ModelShape, prompt_tokens: int):
         if prompt_tokens < 1:
-            raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
+            raise ValueError(f"prompt_tokens (--prompt-tokens) must be >= 1, got {prompt_tokens}")
         self.cfg, self.shape, self.prompt_tokens = cfg, shape, prompt_tokens
         self.dtype_bytes = torch.empty((), dtype=cfg.model.dtype).element_size()
 

@@ -176,3 +176,76 @@ def test_paths_expand_home_and_environment_variables(tmp_path, monkeypatch):
         "not set",
     ):
         load_config("tiny-cpu", ["output_dir=$RLKIT_NO_SUCH_VARIABLE/x"])
+
+
+AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "message"),
+    [
+        (  # the case: AGPO's adaptive ε would drop the preset's clip-higher
+            "qwen3-8b-qlora",
+            AGPO_ON_QWEN,
+            r"^loss\.eps_high=0\.28 has no effect with agpo\.enabled=true and "
+            r"agpo\.adaptive_clip=true: AGPO's clip radius replaces it",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.clip={alpha: 0.0}"],
+            r"^agpo\.clip=\{'alpha': 0\.0\} .*agpo\.enabled=false",
+        ),
+        ("tiny-cpu", ["agpo.probe=reuse"], r"^agpo\.probe='reuse' .*agpo\.enabled=false"),
+        ("tiny-cpu", ["agpo.dispersion=mad"], r"agpo\.enabled=false and algo\.estimator=grpo"),
+        (
+            "tiny-cpu",
+            ["agpo.enabled=true", "agpo.adaptive_clip=false", "agpo.clip={gamma: 0.0}"],
+            r"^agpo\.clip=.* agpo\.adaptive_clip=false",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.enabled=true", "agpo.adaptive_temperature=false", "agpo.temperature={lam: 0.3}"],
+            r"^agpo\.temperature=.* agpo\.adaptive_temperature=false",
+        ),
+        (
+            "tiny-cpu",
+            ["algo.cluster_key=topic"],
+            r"^algo\.cluster_key='topic' .*algo\.estimator=grpo",
+        ),
+        ("tiny-cpu", ["rollout.max_gen_batches=5"], r"rollout\.dynamic_sampling=false"),
+        ("tiny-cpu", ["rollout.overlong_penalty=0.5"], r"rollout\.overlong_buffer=0"),
+        ("tiny-cpu", ["rollout.vllm_memory=0.5"], r"rollout\.engine=hf"),
+        (
+            "qwen3-8b-qlora",
+            ["rollout.engine=vllm"],
+            r"^rollout\.generation_batch_size=32 has no effect with rollout\.engine=vllm",
+        ),
+        ("tiny-cpu", ["loss.kl_estimator=k1"], r"^loss\.kl_estimator='k1' .*loss\.kl_coef=0"),
+        ("tiny-cpu", ["model.lora_r=4"], r"^model\.lora_r=4 has no effect with model\.mode=full"),
+        (
+            "qwen3-8b-qlora",
+            ["model.mode=lora", "model.quant_type=fp4"],
+            r"^model\.quant_type='fp4' .*model\.mode=lora",
+        ),
+        ("tiny-cpu", ["task.template=boxed"], r"^task\.template='boxed' .*task\.name=arithmetic"),
+        ("tiny-cpu", ["task.reward_timeout_s=2"], r"task\.reward_workers=0"),
+    ],
+)
+def test_a_setting_another_one_switches_off_is_refused_naming_both(preset, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(preset, overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*AGPO_ON_QWEN, "loss.eps_high=0.2"],  # one source: AGPO's ε
+        [*AGPO_ON_QWEN, "agpo.adaptive_clip=false"],  # one source: the loss's clip-higher
+        [*AGPO_ON_QWEN, "loss.eps_high=0.2", "agpo.clip={eps_base: 0.28}"],
+        ["rollout.engine=vllm", "rollout.generation_batch_size=0", "rollout.vllm_memory=0.5"],
+        ["loss.kl_estimator=k1", "optim.skip_redundant_passes=false"],  # logs the kl metric
+        ["task.reward_workers=2", "task.reward_timeout_s=2"],
+    ],
+)
+def test_each_parameter_from_one_source_loads(overrides):
+    load_config("qwen3-8b-qlora", overrides)

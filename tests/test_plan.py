@@ -15,6 +15,9 @@ from rlkit.config import load_config
 from rlkit.models.loading import ModelSpec, load_policy
 from rlkit.plan import GIB, MemoryPlan, build_plan, check_fits, model_config, model_shape
 
+# vLLM batches the rollouts itself: the preset's rollout.generation_batch_size must go
+VLLM = ["rollout.engine=vllm", "rollout.generation_batch_size=0"]
+
 
 def tiny_plan(model_dir, *overrides, prompt_tokens=8):
     cfg = load_config("tiny-cpu", [f"model.name_or_path={model_dir}", *overrides])
@@ -22,7 +25,7 @@ def tiny_plan(model_dir, *overrides, prompt_tokens=8):
 
 
 def test_tiny_shape_counts_every_linear_and_the_real_lora(tiny_model_dir):
-    shape = tiny_plan(tiny_model_dir, "model.lora_r=4").shape
+    shape = tiny_plan(tiny_model_dir, "model.mode=lora", "model.lora_r=4").shape
     model = LlamaForCausalLM.from_pretrained(tiny_model_dir)
     per_layer = {  # (in, out) of each projection: hidden 32, 4 heads × 8, 2 KV heads, MLP 64
         "q": (32, 32), "k": (32, 16), "v": (32, 16), "o": (32, 32),
@@ -120,9 +123,7 @@ def test_memory_plan_rejects_a_bad_prompt_length(tiny_model_dir):
 
 def test_vllm_engine_leaves_its_share_of_the_gpu():
     hf = build_plan(load_config("qwen3-8b-qlora"))
-    vllm = build_plan(
-        load_config("qwen3-8b-qlora", ["rollout.engine=vllm", "rollout.vllm_memory=0.5"])
-    )
+    vllm = build_plan(load_config("qwen3-8b-qlora", [*VLLM, "rollout.vllm_memory=0.5"]))
     assert not any(p.name.startswith("generation") for p in vllm.phases())
     assert any(p.name.startswith("eval generation") for p in vllm.phases())  # eval stays on HF
     assert vllm.usable(24 * GIB, 0.1) == pytest.approx(hf.usable(24 * GIB, 0.1) - 12 * GIB)
@@ -142,13 +143,14 @@ def test_vllm_engine_leaves_its_share_of_the_gpu():
         (["--gpu-mem", "24", "--headroom", "-0.1"], r"must be in \[0, 1\), got -0.1"),
         (["--gpu-mem", "24", "--headroom", "nan"], r"must be in \[0, 1\), got nan"),
         (["--headroom", "0.2"], "--headroom needs --gpu-mem"),
+        (["--prompt-tokens", "0"], r"prompt_tokens \(--prompt-tokens\) must be >= 1, got 0"),
         (
             [
                 "--gpu-mem",
                 "24",
                 "--headroom",
                 "0.5",
-                "rollout.engine=vllm",
+                *VLLM,
                 "rollout.vllm_memory=0.5",
             ],
             "leaves no GPU memory for training",
