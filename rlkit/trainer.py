@@ -262,8 +262,10 @@ class Trainer:
         self.train_problems, eval_problems = load_problems(cfg.task)
         # from step task.shift.step on, training draws these (shift_task)
         self.shift_problems = shifted_train_problems(cfg.task) if cfg.task.shift else None
-        trains = () if self.read_only else (self.train_problems, self.shift_problems)
-        check_sizes(cfg, eval_problems, *trains)  # evaluation only: training sets do not matter
+        if self.read_only:  # evaluation only: the training sets do not matter
+            check_sizes(cfg, eval_problems)
+        elif not resume:  # a resumed run keeps the config it started with (check_resume_config)
+            check_sizes(cfg, eval_problems, self.train_problems, self.shift_problems)
         # a seeded sample, not a prefix: the splits are ordered cell by cell (topic, difficulty)
         self.eval_problems = subset(eval_problems, cfg.eval.num_problems)
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}

@@ -483,3 +483,21 @@ def test_sizes_beyond_the_data_fail_before_the_model_loads(
 def test_the_task_num_eval_cap_below_eval_num_problems_is_not_a_shortfall(tmp_path, tiny_model_dir):
     cfg = make_config(tmp_path, tiny_model_dir, "task.num_eval=8", "eval.num_problems=200")
     assert len(Trainer(cfg, read_only=True).eval_problems) == 8
+
+
+def test_a_run_started_before_the_size_checks_still_resumes(tmp_path, tiny_model_dir, monkeypatch):
+    import rlkit.trainer as trainer_module
+
+    class CrashAtTwo(CrashAfter):
+        crash_at = 2
+
+    cfg = make_config(tmp_path, tiny_model_dir, "eval.num_problems=900", "task.num_eval=1024")
+    cfg.checkpoint_every = 1
+    with monkeypatch.context() as patch:  # as a run started before the check existed
+        patch.setattr(trainer_module, "check_sizes", lambda *args: None)
+        with pytest.raises(KeyboardInterrupt):
+            CrashAtTwo(cfg).train()
+    Trainer(cfg, resume=True).train()  # it continues with the config it started with
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"eval.num_problems=900 \(task.num_eval=1024\)"):
+        Trainer(cfg, resume=True, read_only=True)  # evaluating it asks for what is there
