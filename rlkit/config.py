@@ -724,13 +724,35 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "set task.reward_workers >= 1 or leave it at its default",
         ),
     ]
-    return [
+    found = [
         f"{key}.{name}={getattr(section, name)!r} has no effect with {because}; {fix}"
         for key, section, names, ignored, because, fix in rules
         if ignored
         for name in names
         if getattr(section, name) != _default(section, name)
     ]
+    options = cfg.algo.options if estimator == "ebpo" else {}
+    option_rules = [  # EBPO's options: (option, ignored?, because, what to do)
+        (
+            "prior_decay",
+            options.get("prior") == "batch",
+            "algo.options.prior=batch: the prior restarts from the batch every step",
+            "use prior=history, or leave it out",
+        ),
+        (
+            "min_cluster_count",
+            cfg.algo.cluster_key is None,
+            "algo.cluster_key unset: there are no clusters",
+            "set algo.cluster_key, or leave it out",
+        ),
+    ]
+    signature = inspect.signature(ESTIMATORS["ebpo"]).parameters
+    found += [
+        f"algo.options.{name}={options[name]!r} has no effect with {because}; {fix}"
+        for name, ignored, because, fix in option_rules
+        if ignored and name in options and options[name] != signature[name].default
+    ]
+    return found
 
 
 def inactive_clips(cfg: TrainConfig) -> list[str]:

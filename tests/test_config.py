@@ -229,6 +229,16 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         ),
         ("tiny-cpu", ["task.template=boxed"], r"^task\.template='boxed' .*task\.name=arithmetic"),
         ("tiny-cpu", ["task.reward_timeout_s=2"], r"task\.reward_workers=0"),
+        (
+            "tiny-cpu",
+            ["algo.estimator=ebpo", "algo.options={prior: batch, prior_decay: 0.9}"],
+            r"^algo\.options\.prior_decay=0\.9 has no effect with algo\.options\.prior=batch",
+        ),
+        (
+            "tiny-cpu",
+            ["algo.estimator=ebpo", "algo.options={min_cluster_count: 2}"],
+            r"^algo\.options\.min_cluster_count=2 .*algo\.cluster_key unset",
+        ),
     ],
 )
 def test_a_setting_another_one_switches_off_is_refused_naming_both(preset, overrides, message):
