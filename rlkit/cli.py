@@ -99,8 +99,11 @@ def _plot(args) -> None:
 def _demo(args) -> None:
     from rlkit.demo import run_demo
 
-    print(
-        run_demo(
+    repeated = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+    if repeated:  # one run directory per seed: a repeat would count one run twice
+        raise ValueError(f"--seeds lists seed {repeated[0]} more than once")
+    try:
+        table = run_demo(
             args.out,
             tuple(args.seeds),
             tuple(args.overrides),
@@ -108,7 +111,9 @@ def _demo(args) -> None:
             overwrite=args.overwrite,
             threads=args.threads,
         )
-    )
+    except RuntimeError as err:  # some runs failed; the others finished and are kept
+        raise SystemExit(f"rlkit demo: error: {err}") from None
+    print(table)
     print(f"figure and table in {args.out}")
 
 

@@ -320,6 +320,8 @@ class TrainConfig:
 
     def __post_init__(self):
         self.output_dir = _expand_path("output_dir", self.output_dir)
+        if not 0 <= self.seed < 2**32:  # what numpy's global RNG accepts (seed_everything)
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         _positive("steps", self.steps)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)

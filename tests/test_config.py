@@ -45,6 +45,8 @@ def test_overrides_are_typed_and_nested():
     "override, message",
     [
         ("rollout.grup_size=4", "unknown config key rollout.grup_size"),
+        ("seed=-1", r"seed must be in \[0, 2\*\*32\), got -1"),
+        ("seed=4294967296", r"seed must be in \[0, 2\*\*32\), got 4294967296"),
         ("nonsense=1", "unknown config key nonsense"),
         ("algo.estimator=ppo", "algo.estimator must be one of"),
         ("rollout.group_size=0", "rollout.group_size must be > 0"),
