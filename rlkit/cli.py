@@ -71,7 +71,7 @@ def _eval(args) -> None:
     from rlkit.checkpoint import latest_checkpoint
     from rlkit.config import load_config
     from rlkit.rundir import saved_config
-    from rlkit.trainer import Trainer
+    from rlkit.trainer import NonFiniteError, Trainer
 
     overrides = [*args.overrides, "tensorboard=false"]
     run_dir = Path(args.checkpoint) if args.checkpoint else None
@@ -85,6 +85,8 @@ def _eval(args) -> None:
     trainer = Trainer(cfg, resume=run_dir is not None, read_only=True)
     try:
         print(json.dumps({"step": trainer.step_count, **trainer.evaluate()}))
+    except NonFiniteError as err:  # a broken policy: one clear line, as in train
+        raise ValueError(str(err)) from None
     finally:
         trainer.close()
 

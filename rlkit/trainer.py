@@ -78,8 +78,9 @@ from rlkit.tasks.loader import (
 
 
 class NonFiniteError(RuntimeError):
-    """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
-    optimizer step leaves the policy non-finite."""
+    """Raised after too many consecutive steps with a non-finite loss or gradient, when an
+    optimizer step leaves the policy non-finite, or when sampling from the policy meets
+    non-finite scores."""
 
 
 @dataclass

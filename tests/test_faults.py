@@ -355,3 +355,16 @@ def test_eval_of_a_checkpoint_in_another_mode_names_both(run, capsys):
     error = last_error_line(capsys)
     assert "holds weights of another model than model.name_or_path=" in error
     assert "(lora): No such file or directory" in error and error.endswith("(full)")
+
+
+def test_eval_of_a_broken_policy_is_one_line(run, monkeypatch, capsys):
+    from rlkit.rollout import NonFiniteScoresError
+
+    def broken(*args, **kwargs):
+        raise NonFiniteScoresError("non-finite next-token scores after 5 tokens")
+
+    monkeypatch.setattr(trainer_module, "evaluate", broken)
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 2
+    assert last_error_line(capsys).startswith(
+        "rlkit eval: error: sampling after step 2 met non-finite next-token scores after 5 tokens"
+    )
