@@ -69,12 +69,12 @@ def _plan(args) -> None:
 
 def _eval(args) -> None:
     from rlkit.checkpoint import latest_checkpoint
-    from rlkit.config import load_config
+    from rlkit.config import expand_path, load_config
     from rlkit.rundir import saved_config
     from rlkit.trainer import NonFiniteError, Trainer
 
     overrides = [*args.overrides, "tensorboard=false"]
-    run_dir = Path(args.checkpoint) if args.checkpoint else None
+    run_dir = Path(expand_path("--checkpoint", args.checkpoint)) if args.checkpoint else None
     if run_dir is not None and latest_checkpoint(run_dir) is None:
         raise ValueError(f"no checkpoint in {run_dir}")
     if run_dir is not None and not args.config:
@@ -99,14 +99,16 @@ def _plot(args) -> None:
 
 
 def _demo(args) -> None:
+    from rlkit.config import expand_path
     from rlkit.demo import run_demo
 
     repeated = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
     if repeated:  # one run directory per seed: a repeat would count one run twice
         raise ValueError(f"--seeds lists seed {repeated[0]} more than once")
+    out = expand_path("--out", args.out)
     try:
         table = run_demo(
-            args.out,
+            out,
             tuple(args.seeds),
             tuple(args.overrides),
             workers=args.workers,
@@ -116,7 +118,7 @@ def _demo(args) -> None:
     except RuntimeError as err:  # some runs failed; the others finished and are kept
         raise SystemExit(f"rlkit demo: error: {err}") from None
     print(table)
-    print(f"figure and table in {args.out}")
+    print(f"figure and table in {out}")
 
 
 def _sweep(args) -> None:

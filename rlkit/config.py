@@ -40,7 +40,7 @@ def _choice(key: str, value: Any, allowed: typing.Iterable) -> None:
         raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
 
 
-def _expand_path(key: str, value: str) -> str:
+def expand_path(key: str, value: str) -> str:
     """``~`` and ``$VAR``/``${VAR}`` expanded, as a shell would (a literal ``~`` directory is
     never what was meant); an unset variable is a ValueError naming ``key``."""
     expanded = os.path.expandvars(os.path.expanduser(value))
@@ -63,7 +63,7 @@ class ModelConfig(ModelSpec):
     mode: str = "full"
 
     def __post_init__(self):
-        self.name_or_path = _expand_path("model.name_or_path", self.name_or_path)
+        self.name_or_path = expand_path("model.name_or_path", self.name_or_path)
         super().__post_init__()
 
 
@@ -92,9 +92,9 @@ class TaskConfig:
     shift: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.name = _expand_path("task.name", self.name)
+        self.name = expand_path("task.name", self.name)
         if self.eval_name is not None:
-            self.eval_name = _expand_path("task.eval_name", self.eval_name)
+            self.eval_name = expand_path("task.eval_name", self.eval_name)
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
         if self.arithmetic:
             if self.name != "arithmetic":
@@ -319,7 +319,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        self.output_dir = _expand_path("output_dir", self.output_dir)
+        self.output_dir = expand_path("output_dir", self.output_dir)
         if not 0 <= self.seed < 2**32:  # what numpy's global RNG accepts (seed_everything)
             raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         _positive("steps", self.steps)
@@ -439,7 +439,7 @@ def preset_names() -> list[str]:
 
 def read_yaml(name_or_path: str) -> dict:
     """A preset name (``tiny-cpu``) or a path to a YAML file."""
-    path = Path(name_or_path)
+    path = Path(expand_path("config", name_or_path))
     if not path.suffix and not path.exists():
         path = PRESET_DIR / f"{name_or_path}.yaml"
         if not path.exists():

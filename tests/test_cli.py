@@ -72,3 +72,16 @@ def test_demo_with_failed_runs_ends_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(rlkit.demo, "run_demo", failing)
     with pytest.raises(SystemExit, match=r"^rlkit demo: error: 1 of 15 runs failed"):
         main(["demo", "--out", str(tmp_path / "demo")])
+
+
+def test_demo_out_expands_home(monkeypatch, tmp_path, capsys):
+    import rlkit.demo
+
+    seen = {}
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(
+        rlkit.demo, "run_demo", lambda out, *args, **kwargs: seen.setdefault("out", out)
+    )
+    assert main(["demo", "--out=~/demo"]) == 0  # the shell leaves ~ after --out= alone
+    assert seen["out"] == str(tmp_path / "demo")
+    assert f"figure and table in {tmp_path / 'demo'}" in capsys.readouterr().out

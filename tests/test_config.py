@@ -169,6 +169,8 @@ def test_paths_expand_home_and_environment_variables(tmp_path, monkeypatch):
     assert cfg.model.name_or_path == str(tmp_path / "model")
     assert cfg.task.name == str(tmp_path / "data.jsonl")
     assert cfg.task.eval_name == str(tmp_path / "runs" / ".." / "data.jsonl")
+    (tmp_path / "my.yaml").write_text("steps: 3\n")
+    assert load_config("~/my.yaml").steps == 3  # a config path too
     assert load_config("tiny-cpu", ["output_dir=$RLKIT_TEST_RUNS/a"]).output_dir == str(
         tmp_path / "runs" / "a"
     )

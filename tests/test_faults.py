@@ -368,3 +368,9 @@ def test_eval_of_a_broken_policy_is_one_line(run, monkeypatch, capsys):
     assert last_error_line(capsys).startswith(
         "rlkit eval: error: sampling after step 2 met non-finite next-token scores after 5 tokens"
     )
+
+
+def test_eval_checkpoint_path_expands_home(run, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(run.parent))
+    assert main(["eval", "--checkpoint=~/run", "eval.k=1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2
