@@ -81,6 +81,9 @@ def test_a_config_file_over_the_size_limit_is_refused_unread(tmp_path, capsys, n
     path.write_text("steps: 3\n" + "# padding\n" * (MAX_CONFIG_BYTES // 10))
     assert main(["train", "--config", str(path), f"output_dir={tmp_path / 'run'}"]) == 2
     assert f"config {path} is larger than 1024 KiB" in error_line(capsys)
+    path.write_bytes(b"steps: 3\n\xff\xfe\n")  # e.g. a checkpoint given as the config
+    assert main(["train", "--config", str(path), f"output_dir={tmp_path / 'run'}"]) == 2
+    assert f"config {path} is not UTF-8 text" in error_line(capsys)
 
 
 @pytest.mark.parametrize(
