@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import rlkit.rewards as rewards_module
 from rlkit.rewards import (
     RewardScorer,
     exact_match_reward,
@@ -124,7 +125,10 @@ def test_workers_raise_mode_on_timeout():
             scorer.score(["hang"], ["1"])
 
 
-def test_a_worker_that_died_between_batches_is_replaced():
+@pytest.mark.parametrize("noticed", [True, False], ids=["seen-dead", "found-at-send"])
+def test_a_worker_that_died_between_batches_is_replaced(monkeypatch, noticed):
+    if not noticed:  # it dies after the liveness check: the send finds the broken pipe
+        monkeypatch.setattr(rewards_module._Worker, "alive", property(lambda self: True))
     with RewardScorer(flaky_reward, num_workers=2, timeout_s=5.0) as scorer:
         assert scorer.score(["1", "2"], ["1", "2"]).rewards.tolist() == [1.0, 1.0]
         for worker in scorer._workers:  # e.g. both killed by the OS while idle
