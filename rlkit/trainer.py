@@ -17,6 +17,7 @@ One step, top to bottom (:meth:`Trainer.step`):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -33,7 +34,7 @@ from tqdm.auto import tqdm
 
 from rlkit.advantages import get_estimator
 from rlkit.checkpoint import load_checkpoint, save_checkpoint
-from rlkit.config import BUILTIN_MODEL, TrainConfig, inactive_clips
+from rlkit.config import BUILTIN_MODEL, TrainConfig, inactive_clips, read_yaml
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.evaluation import evaluate, sampled_pass_rates
@@ -47,7 +48,13 @@ from rlkit.models.loading import (
     train_mode_changes_forward,
 )
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import RolloutBatch, concat_rollouts, generate_in_batches, sequence_logprobs
+from rlkit.rollout import (
+    NonFiniteScoresError,
+    RolloutBatch,
+    concat_rollouts,
+    generate_in_batches,
+    sequence_logprobs,
+)
 from rlkit.rundir import (
     CONFIG,
     RunLock,
@@ -55,17 +62,25 @@ from rlkit.rundir import (
     check_resume_config,
     check_run_files,
     clear_run,
+    confined,
     saved_config,
 )
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems, shifted_train_problems, subset, warn_long_prompts
+from rlkit.tasks.loader import (
+    check_sizes,
+    load_problems,
+    shifted_train_problems,
+    subset,
+    warn_long_prompts,
+)
 
 
 class NonFiniteError(RuntimeError):
-    """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
-    optimizer step leaves the policy non-finite."""
+    """Raised after too many consecutive steps with a non-finite loss or gradient, when an
+    optimizer step leaves the policy non-finite, or when sampling from the policy meets
+    non-finite scores."""
 
 
 @dataclass
@@ -155,6 +170,16 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def trained_model(run_dir: Path) -> str:
+    """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
+    messages ("unknown" when the file does not say)."""
+    try:
+        model = read_yaml(str(confined(run_dir, run_dir / CONFIG)))["model"]
+        return f"{model['name_or_path']} ({model.get('mode', 'full')})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "unknown"
+
+
 def resolve_model_path(cfg: TrainConfig) -> str:
     """``builtin:tiny`` → the warm-started tiny policy shipped with rlkit (never rebuilt)."""
     if cfg.model.name_or_path != BUILTIN_MODEL:
@@ -236,6 +261,12 @@ class Trainer:
         seed_everything(cfg.seed)
 
         self.train_problems, eval_problems = load_problems(cfg.task)
+        # from step task.shift.step on, training draws these (shift_task)
+        self.shift_problems = shifted_train_problems(cfg.task) if cfg.task.shift else None
+        if self.read_only:  # evaluation only: the training sets do not matter
+            check_sizes(cfg, eval_problems)
+        elif not resume:  # a resumed run keeps the config it started with (check_resume_config)
+            check_sizes(cfg, eval_problems, self.train_problems, self.shift_problems)
         # a seeded sample, not a prefix: the splits are ordered cell by cell (topic, difficulty)
         self.eval_problems = subset(eval_problems, cfg.eval.num_problems)
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
@@ -309,8 +340,10 @@ class Trainer:
         self.curriculum_pass_rates = pass_rates
         self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
         self.shifted = False
-        if state and cfg.task.shift and state["step"] >= cfg.task.shift["step"]:
-            self.shift_task()  # the checkpoint's sampler state belongs to the shifted prompts
+        if state and cfg.task.shift and state["step"] > cfg.task.shift["step"]:
+            # the checkpoint's sampler state belongs to the shifted prompts; one saved at the
+            # shift step itself was written before step() shifted, so it holds the original's
+            self.shift_task()
         if state:
             self.load_state(checkpoint.path, state)
         self.logger = None
@@ -328,7 +361,7 @@ class Trainer:
     def shift_task(self) -> None:
         """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 08's
         difficulty shift), in a fresh order under the run's seed."""
-        problems = shifted_train_problems(self.cfg.task)
+        problems = self.shift_problems
         if self.cfg.task.chat_template:
             problems = chat_problems(problems, self.policy.tokenizer)
         self.train_problems = problems
@@ -337,15 +370,35 @@ class Trainer:
 
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
-        return sampled_pass_rates(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.train_problems,
-            self.scorer,
-            k=self.cfg.eval.k,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            batch_size=self.cfg.eval.batch_size,
-        )
+        with self.finite_sampling():
+            return sampled_pass_rates(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.train_problems,
+                self.scorer,
+                k=self.cfg.eval.k,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                batch_size=self.cfg.eval.batch_size,
+            )
+
+    @contextlib.contextmanager
+    def finite_sampling(self):
+        """Turn sampling's non-finite scores (a broken policy: finite but huge weights can pass
+        the update's one-row check, :meth:`check_finite_policy`) into a NonFiniteError naming
+        the step, raised before anything of this step is logged or saved."""
+        try:
+            yield
+        except NonFiniteScoresError as err:
+            done = self.step_count
+            raise NonFiniteError(
+                f"sampling after step {done} met {err}: "
+                + (
+                    "the starting policy is non-finite"
+                    if done == 0
+                    else "an optimizer step left the policy non-finite; lower optim.lr "
+                    f"(now {self.cfg.optim.lr:g}). The run's checkpoints are kept."
+                )
+            ) from None
 
     # ------------------------------------------------------------------ rollouts
     def sample_groups(
@@ -360,16 +413,17 @@ class Trainer:
         if self.engine is not None:
             rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
         else:
-            rollouts = generate_in_batches(
-                self.policy.model,
-                self.policy.tokenizer,
-                prompts,
-                temps,
-                ro.max_new_tokens,
-                ro.generation_batch_size or None,
-                top_p=ro.top_p,
-                top_k=ro.top_k,
-            )
+            with self.finite_sampling():
+                rollouts = generate_in_batches(
+                    self.policy.model,
+                    self.policy.tokenizer,
+                    prompts,
+                    temps,
+                    ro.max_new_tokens,
+                    ro.generation_batch_size or None,
+                    top_p=ro.top_p,
+                    top_k=ro.top_k,
+                )
         t0 = time.perf_counter()
         scored = self.scorer.score(
             rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
@@ -765,16 +819,17 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
         ev = self.cfg.eval
-        return evaluate(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.eval_problems,
-            self.scorer,
-            ev.k,
-            ev.temperature,
-            self.cfg.rollout.max_new_tokens,
-            ev.batch_size,
-        )
+        with self.finite_sampling():
+            return evaluate(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.eval_problems,
+                self.scorer,
+                ev.k,
+                ev.temperature,
+                self.cfg.rollout.max_new_tokens,
+                ev.batch_size,
+            )
 
     def state_dict(self) -> dict:
         return {
@@ -792,8 +847,24 @@ class Trainer:
             "counters": dict(self.counters),
         }
 
+    def load_policy_state(self, policy_dir: Path) -> None:
+        """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
+        (``rlkit eval --config`` with another model) is a ValueError naming both models and the
+        first mismatch, not a size-mismatch traceback."""
+        try:
+            self.policy.load_trainable_state(policy_dir)
+        except (RuntimeError, ValueError, OSError) as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            first = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
+            model = self.cfg.model
+            raise ValueError(
+                f"{policy_dir} holds weights of another model than model.name_or_path="
+                f"{model.name_or_path} ({model.mode}): {first.rstrip('.')}; the run's {CONFIG} "
+                f"names model {trained_model(self.run_dir)}"
+            ) from None
+
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        self.policy.load_trainable_state(checkpoint / "policy")
+        self.load_policy_state(checkpoint / "policy")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.estimator.load_state_dict(state["estimator"])
