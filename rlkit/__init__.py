@@ -34,3 +34,16 @@ def _not_the_kernel_notice(record: logging.LogRecord) -> bool:
 
 warnings.filterwarnings("ignore", message=TQDM_WIDGET_NOTICE, module="tqdm")
 logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_the_kernel_notice)
+
+
+def show_warnings_plainly() -> None:
+    """Print warnings as ``warning: <category>: <message>``, without the source file and line
+    (which name this machine's install path): for the ``rlkit`` commands and their worker
+    processes, not for library use, where Python's format stays."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        import sys
+
+        print(f"warning: {category.__name__}: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show

@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from rlkit import show_warnings_plainly
+
 
 def _train(args) -> None:
     from rlkit.config import load_config
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    show_warnings_plainly()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may follow a flag (`train --overwrite steps=2 … output_dir=x --resume`)

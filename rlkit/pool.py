@@ -33,9 +33,11 @@ def train_run(
     import torch
     import transformers
 
+    from rlkit import show_warnings_plainly
     from rlkit.config import load_config
     from rlkit.trainer import Trainer
 
+    show_warnings_plainly()  # the worker's warnings print as the command's own do
     torch.set_num_threads(threads)
     transformers.logging.disable_progress_bar()  # the pool's bar over runs is the one to read
     return Trainer(load_config(base, overrides), resume=resume, overwrite=overwrite).train()

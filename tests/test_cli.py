@@ -85,3 +85,18 @@ def test_demo_out_expands_home(monkeypatch, tmp_path, capsys):
     assert main(["demo", "--out=~/demo"]) == 0  # the shell leaves ~ after --out= alone
     assert seen["out"] == str(tmp_path / "demo")
     assert f"figure and table in {tmp_path / 'demo'}" in capsys.readouterr().out
+
+
+def test_command_warnings_name_no_source_file(capsys):
+    """The commands print a warning as one line without the file and line it came from (the
+    install path of this machine), e.g. the trainer's notice that a configured clip cannot act."""
+    import warnings
+
+    from rlkit import show_warnings_plainly
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        show_warnings_plainly()
+        warnings.warn("agpo.adaptive_clip=true cannot act", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err == "warning: UserWarning: agpo.adaptive_clip=true cannot act\n"
