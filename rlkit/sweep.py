@@ -63,7 +63,7 @@ from rlkit.rundir import (
     saved_config,
     write_atomically,
 )
-from rlkit.tasks.loader import load_problems, shifted_train_problems
+from rlkit.tasks.loader import check_sizes, load_problems, shifted_train_problems
 
 MANIFEST = "sweep.json"
 SPEC_KEYS = {
@@ -233,25 +233,23 @@ def plan(spec: SweepSpec) -> list[Run]:
 
 
 def check_problems(runs: list[Run]) -> None:
-    """Every run's task has training problems (also after its ``task.shift``) and held-out
-    problems, so no run fails on its task after others trained; a ValueError names the arm."""
+    """Every run's problems cover what its config asks of them (the trainer's own check,
+    :func:`rlkit.tasks.loader.check_sizes`: training problems, also after its ``task.shift``,
+    and held-out ones), so no run fails on its task after others trained; a ValueError names
+    the arm."""
     checked = set()
     for run in runs:
-        task = run.cfg.task
-        if repr(task) in checked:
+        cfg = run.cfg
+        key = repr((cfg.task, cfg.rollout.num_prompts, cfg.eval.num_problems))
+        if key in checked:
             continue
-        checked.add(repr(task))
-        train, evaluation = load_problems(task)
-        splits = {"training": train, "held-out": evaluation}
-        if task.shift:
-            splits["shifted training (task.shift.arithmetic)"] = shifted_train_problems(task)
-        for split, problems in splits.items():
-            if not problems:
-                raise ValueError(
-                    f"sweep spec: arm {run.arm}: its task has no {split} problems "
-                    f"(task.num_train={task.num_train}, task.num_eval={task.num_eval}, "
-                    f"task.arithmetic={task.arithmetic})"
-                )
+        checked.add(key)
+        train, evaluation = load_problems(cfg.task)
+        shifted = shifted_train_problems(cfg.task) if cfg.task.shift else None
+        try:
+            check_sizes(cfg, evaluation, train, shifted)
+        except ValueError as err:
+            raise ValueError(f"sweep spec: arm {run.arm}: {err}") from None
 
 
 def run_status(cfg: TrainConfig) -> str:

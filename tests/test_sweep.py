@@ -76,11 +76,15 @@ def write_spec(tmp_path, model_dir, **changes):
         ({"baseline": 1}, "baseline 1 is not an arm"),
         (
             {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={train_size: 0}"]}},
-            "arm EBPO: its task has no training problems",
+            "arm EBPO: rollout.num_prompts=.* is more than the 0 training problems",
         ),
         (
             {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={eval_size: 0}"]}},
-            "arm EBPO: its task has no held-out problems",
+            "arm EBPO: the eval split of task.name=arithmetic is empty",
+        ),
+        (
+            {"arms": {"GRPO": [], "EBPO": ["eval.num_problems=100000", "task.num_eval=100000"]}},
+            "arm EBPO: eval.num_problems=100000 .* asks for more problems than the eval split",
         ),
     ],
 )
