@@ -24,12 +24,14 @@ demo: venv
 	$(BIN)/rlkit demo --overwrite
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
-# when it collects no test, so an empty run fails.
+# when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset.
+TESTS ?=
 test: venv
-	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider
+	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider $(TESTS)
 
+# JupyterLab refuses to start as root unless told --allow-root (a container's or CI's root shell).
 notebooks: $(BIN)/.notebooks
-	cd notebooks && ../$(BIN)/jupyter lab
+	cd notebooks && ../$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Re-execute every notebook at full scale (one thread; minutes), then check that each figure the
 # README's notebooks table quotes in backticks still appears in that notebook's outputs.

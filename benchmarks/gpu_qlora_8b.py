@@ -277,13 +277,16 @@ def run_model(name: str, args, work_dir: Path) -> dict:
             f"model.device={args.device}",
             "task.name=arithmetic",  # replaced below by the fixed-length prompts
             "task.eval_name=null",
+            "task.template=plain",  # the preset's dataset template has no effect on arithmetic
             "task.chat_template=false",
             "task.reward=exact_match",
             "task.reward_workers=0",
             f"rollout.num_prompts={args.prompts}",
             f"rollout.group_size={args.group_size}",
             f"rollout.max_new_tokens={new_tokens}",
-            f"rollout.generation_batch_size={args.generation_batch_size or rows}",
+            # vLLM batches its rollouts itself (rlkit.config.ignored_settings)
+            "rollout.generation_batch_size="
+            + str(0 if args.engine == "vllm" else args.generation_batch_size or rows),
             "rollout.truncated=keep",  # a random model's completions are all truncated
             f"rollout.engine={args.engine}",
             f"optim.mini_batch_size={rows}",

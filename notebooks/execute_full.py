@@ -37,7 +37,11 @@ def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.time()
     NotebookClient(
-        nb, timeout=None, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}
+        nb,
+        timeout=None,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(HERE)}},
+        coalesce_streams=True,  # one output per stream, however the kernel flushed it
     ).execute()
     nbformat.write(nb, path)
     return time.time() - start

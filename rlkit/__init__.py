@@ -3,6 +3,47 @@
 GRPO and its relatives, EBPO (empirical-Bayes shrinkage baseline, arXiv 2602.05165) and AGPO
 (adaptive clipping and adaptive sampling temperature, arXiv 2605.20722). The formulas follow
 ``docs/algorithms.md``; each function's docstring names the section it implements.
+
+Importing rlkit silences two notices of its dependencies that do not apply to it and that every
+``rlkit`` command and notebook printed (with this machine's paths):
+
+- tqdm's "IProgress not found. Please update jupyter and ipywidgets" (a ``TqdmWarning``), raised
+  when transformers or rlkit imports ``tqdm.auto`` in a Jupyter kernel without ipywidgets: tqdm
+  then draws its text bars, which rlkit's notebooks turn off anyway (``TQDM_DISABLE``).
+- bitsandbytes' "Failed to load CPU gemm_4bit_forward from kernels-community … pip install
+  kernels", logged on CPUs with AVX512-BF16 when peft imports it. That optional kernel would only
+  speed up the CPU ``gemv_4bit`` op on weights repacked for inference, a repack
+  :func:`rlkit.models.loading.load_policy` turns off on every 4-bit layer (see
+  :mod:`rlkit.models.loading`); bitsandbytes falls back to its own kernel without it.
+
+Every other warning and log message of both passes through.
 """
 
+import logging
+import warnings
+
 __version__ = "0.1.0"
+
+TQDM_WIDGET_NOTICE = "IProgress not found"
+BNB_KERNEL_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"
+
+
+def _not_the_kernel_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(BNB_KERNEL_NOTICE)
+
+
+warnings.filterwarnings("ignore", message=TQDM_WIDGET_NOTICE, module="tqdm")
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_the_kernel_notice)
+
+
+def show_warnings_plainly() -> None:
+    """Print warnings as ``warning: <category>: <message>``, without the source file and line
+    (which name this machine's install path): for the ``rlkit`` commands and their worker
+    processes, not for library use, where Python's format stays."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        import sys
+
+        print(f"warning: {category.__name__}: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show

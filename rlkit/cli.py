@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from rlkit import show_warnings_plainly
+
 
 def _train(args) -> None:
     from rlkit.config import load_config
@@ -59,20 +61,24 @@ def _check_gpu_memory(cfg) -> None:
 
 def _plan(args) -> None:
     from rlkit.config import load_config
-    from rlkit.plan import build_plan, format_plan
+    from rlkit.plan import DEFAULT_HEADROOM, build_plan, format_plan
 
+    if args.headroom is not None and args.gpu_mem is None:
+        raise ValueError("--headroom needs --gpu-mem (it is the share of that memory kept free)")
     plan = build_plan(load_config(args.config, args.overrides), args.prompt_tokens)
-    print(format_plan(plan, args.gpu_mem, args.headroom))
+    headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
+    print(format_plan(plan, args.gpu_mem, headroom))
 
 
 def _eval(args) -> None:
     from rlkit.checkpoint import latest_checkpoint
-    from rlkit.config import load_config
+    from rlkit.config import expand_path, load_config
     from rlkit.rundir import saved_config
     from rlkit.trainer import Trainer
+    from rlkit.update import NonFiniteError
 
     overrides = [*args.overrides, "tensorboard=false"]
-    run_dir = Path(args.checkpoint) if args.checkpoint else None
+    run_dir = Path(expand_path("--checkpoint", args.checkpoint)) if args.checkpoint else None
     if run_dir is not None and latest_checkpoint(run_dir) is None:
         raise ValueError(f"no checkpoint in {run_dir}")
     if run_dir is not None and not args.config:
@@ -83,31 +89,40 @@ def _eval(args) -> None:
     trainer = Trainer(cfg, resume=run_dir is not None, read_only=True)
     try:
         print(json.dumps({"step": trainer.step_count, **trainer.evaluate()}))
+    except NonFiniteError as err:  # a broken policy: one clear line, as in train
+        raise ValueError(str(err)) from None
     finally:
         trainer.close()
 
 
 def _plot(args) -> None:
-    from rlkit.plotting import plot_runs
+    from rlkit.plotting import plot_runs, unique_labels
 
     out = args.out or str(Path(args.run_dirs[0]) / "curves.png")
-    print(plot_runs({Path(d).name: d for d in args.run_dirs}, out))
+    print(plot_runs(unique_labels(args.run_dirs), out))
 
 
 def _demo(args) -> None:
+    from rlkit.config import expand_path
     from rlkit.demo import run_demo
 
-    print(
-        run_demo(
-            args.out,
+    repeated = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+    if repeated:  # one run directory per seed: a repeat would count one run twice
+        raise ValueError(f"--seeds lists seed {repeated[0]} more than once")
+    out = expand_path("--out", args.out)
+    try:
+        table = run_demo(
+            out,
             tuple(args.seeds),
             tuple(args.overrides),
             workers=args.workers,
             overwrite=args.overwrite,
             threads=args.threads,
         )
-    )
-    print(f"figure and table in {args.out}")
+    except RuntimeError as err:  # some runs failed; the others finished and are kept
+        raise SystemExit(f"rlkit demo: error: {err}") from None
+    print(table)
+    print(f"figure and table in {out}")
 
 
 def _sweep(args) -> None:
@@ -179,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", default="qwen3-8b-qlora", help="preset name or YAML path")
     plan.add_argument("--gpu-mem", type=float, help="GPU memory in GiB: print the largest chunks")
     plan.add_argument("--prompt-tokens", type=int, default=512, help="assumed prompt length")
-    plan.add_argument("--headroom", type=float, default=0.1, help="fraction of --gpu-mem kept free")
+    plan.add_argument(
+        "--headroom", type=float, help="fraction of --gpu-mem kept free, in [0, 1) (default 0.1)"
+    )
     plan.add_argument("overrides", nargs="*", help="key=value overrides")
     plan.set_defaults(func=_plan)
 
@@ -225,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    show_warnings_plainly()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may follow a flag (`train --overwrite steps=2 … output_dir=x --resume`)

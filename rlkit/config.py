@@ -29,12 +29,24 @@ from rlkit.tasks.arithmetic import arithmetic_task
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
+# A config or sweep spec is a few kilobytes; a larger file is a mistake (and would take PyYAML
+# minutes to parse), so it is refused before parsing.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _choice(key: str, value: Any, allowed: typing.Iterable) -> None:
     allowed = list(allowed)
     if value not in allowed:
         raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
+
+
+def expand_path(key: str, value: str) -> str:
+    """``~`` and ``$VAR``/``${VAR}`` expanded, as a shell would (a literal ``~`` directory is
+    never what was meant); an unset variable is a ValueError naming ``key``."""
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    if "$" in expanded:
+        raise ValueError(f"{key}={value!r} names an environment variable that is not set")
+    return expanded
 
 
 def _positive(key: str, value: float, strict: bool = True) -> None:
@@ -49,6 +61,10 @@ class ModelConfig(ModelSpec):
 
     name_or_path: str = BUILTIN_MODEL
     mode: str = "full"
+
+    def __post_init__(self):
+        self.name_or_path = expand_path("model.name_or_path", self.name_or_path)
+        super().__post_init__()
 
 
 @dataclass
@@ -76,6 +92,9 @@ class TaskConfig:
     shift: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self.name = expand_path("task.name", self.name)
+        if self.eval_name is not None:
+            self.eval_name = expand_path("task.eval_name", self.eval_name)
         _choice("task.reward", self.reward, ("exact_match", "math_verify"))
         if self.arithmetic:
             if self.name != "arithmetic":
@@ -92,17 +111,17 @@ class TaskConfig:
     def _check_shift(self) -> None:
         if self.name != "arithmetic":
             raise ValueError("task.shift only applies to task.name=arithmetic")
-        unknown = set(self.shift) - {"step", "arithmetic"}
+        unknown = sorted(set(self.shift) - {"step", "arithmetic"})
         if unknown:
             raise ValueError(
-                f"task.shift: unknown key(s) {sorted(unknown)}; known: arithmetic, step"
+                f"unknown config key task.shift.{unknown[0]}; known keys: ['arithmetic', 'step']"
             )
         step = self.shift.get("step")
         if not isinstance(step, int) or isinstance(step, bool) or step < 1:
             raise ValueError(f"task.shift.step must be an integer >= 1, got {step!r}")
         if not isinstance(self.shift.get("arithmetic"), dict):
             raise ValueError("task.shift.arithmetic must be a mapping of ArithmeticTask fields")
-        arithmetic_task(self.shift["arithmetic"])
+        arithmetic_task(self.shift["arithmetic"], "task.shift.arithmetic")
 
 
 @dataclass
@@ -300,6 +319,9 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
+        self.output_dir = expand_path("output_dir", self.output_dir)
+        if not 0 <= self.seed < 2**32:  # what numpy's global RNG accepts (seed_everything)
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         _positive("steps", self.steps)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
@@ -417,14 +439,25 @@ def preset_names() -> list[str]:
 
 def read_yaml(name_or_path: str) -> dict:
     """A preset name (``tiny-cpu``) or a path to a YAML file."""
-    path = Path(name_or_path)
+    path = Path(expand_path("config", name_or_path))
     if not path.suffix and not path.exists():
         path = PRESET_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ValueError(f"unknown preset {name_or_path!r}; known: {preset_names()}")
     if not path.is_file():
         raise ValueError(f"config file not found: {name_or_path}")
-    data = _load_yaml(path.read_text(), f"config {path}")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"config {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config is a few "
+            "kilobytes of YAML (is this the right file?)"
+        )
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"config {path} is not UTF-8 text: {err}") from None
+    data = _load_yaml(text, f"config {path}")
     if data is None:
         raise ValueError(f"config {path} is empty")
     if not isinstance(data, dict):
@@ -433,7 +466,21 @@ def read_yaml(name_or_path: str) -> dict:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last)."""
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last)
+    and any alias (``*name``): aliases let a few hundred bytes expand into billions of nodes (the
+    "billion laughs"), and a config has no need for them."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor}: YAML aliases are not accepted in a config (write the "
+                "value out)",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
@@ -452,9 +499,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def _load_yaml(text: str, source: str) -> Any:
-    """Parse YAML safely; a syntax error or a duplicate key is a ValueError naming the line."""
+    """Parse YAML safely; a syntax error, a duplicate key or an alias is a ValueError naming the
+    line."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ValueError(f"{source}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -533,6 +583,178 @@ def check_combination(cfg: TrainConfig) -> None:
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
             f"(got task.name={cfg.task.name!r})"
         )
+    if ignored := ignored_settings(cfg):
+        raise ValueError(ignored[0])
+
+
+def _default(section: Any, name: str) -> Any:
+    """The dataclass default of field ``name`` of a config section."""
+    f = next(f for f in dataclasses.fields(section) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def ignored_settings(cfg: TrainConfig) -> list[str]:
+    """Settings changed from their default that cannot act, because another setting replaces
+    or switches off what they control; one message per setting, naming both keys.
+
+    A changed setting must act or be refused: dropping it without a word (AGPO's adaptive clip
+    replacing the 8B presets' clip-higher ``loss.eps_high=0.28``) gives a run that is not the
+    one asked for. Every rule is a row here (docs/algorithms.md §4)."""
+    agpo, ro, task, model = cfg.agpo, cfg.rollout, cfg.task, cfg.model
+    estimator = cfg.algo.estimator
+    rules = [  # (section key, section, fields, ignored?, because, what to do)
+        (
+            "loss",
+            cfg.loss,
+            ("eps_low", "eps_high"),
+            agpo.enabled and agpo.adaptive_clip,
+            "agpo.enabled=true and agpo.adaptive_clip=true: AGPO's clip radius replaces it "
+            "(symmetric, per prompt, from agpo.clip's eps_base, default 0.2)",
+            "set the radius in agpo.clip, or agpo.adaptive_clip=false to keep the loss's clip",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("probe", "adaptive_temperature", "adaptive_clip", "temperature", "clip"),
+            not agpo.enabled,
+            "agpo.enabled=false: the AGPO controllers are off",
+            "set agpo.enabled=true or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("dispersion",),
+            not agpo.enabled and estimator != "agpo",
+            f"agpo.enabled=false and algo.estimator={estimator}: neither AGPO's probe nor its "
+            "advantage runs",
+            "set agpo.enabled=true or algo.estimator=agpo, or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("temperature",),
+            agpo.enabled and not agpo.adaptive_temperature,
+            "agpo.adaptive_temperature=false: the temperature controller is off",
+            "set agpo.adaptive_temperature=true or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("clip",),
+            agpo.enabled and not agpo.adaptive_clip,
+            "agpo.adaptive_clip=false: the clip controller is off",
+            "set agpo.adaptive_clip=true or leave it at its default",
+        ),
+        (
+            "algo",
+            cfg.algo,
+            ("cluster_key",),
+            estimator != "ebpo",
+            f"algo.estimator={estimator}: only EBPO's priors use clusters",
+            "set algo.estimator=ebpo or leave it unset",
+        ),
+        (
+            "rollout",
+            ro,
+            ("max_gen_batches",),
+            not ro.dynamic_sampling,
+            "rollout.dynamic_sampling=false: one generation batch per step",
+            "set rollout.dynamic_sampling=true or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("overlong_penalty",),
+            ro.overlong_buffer == 0,
+            "rollout.overlong_buffer=0: overlong reward shaping is off",
+            "set rollout.overlong_buffer > 0 or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("vllm_memory",),
+            ro.engine == "hf",
+            "rollout.engine=hf: there is no vLLM engine",
+            "set rollout.engine=vllm or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("generation_batch_size",),
+            ro.engine == "vllm",
+            "rollout.engine=vllm: vLLM batches the training rollouts itself",
+            "leave it at 0 (rollout.vllm_memory bounds vLLM's memory)",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("kl_estimator",),
+            cfg.loss.kl_coef == 0 and cfg.optim.skip_redundant_passes,
+            "loss.kl_coef=0: there is no KL term (and no kl metric)",
+            "set loss.kl_coef > 0 or leave it at its default",
+        ),
+        (
+            "model",
+            model,
+            ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
+            model.mode == "full",
+            "model.mode=full: there is no LoRA adapter",
+            "set model.mode=lora or qlora, or leave it at its default",
+        ),
+        (
+            "model",
+            model,
+            ("quant_type", "double_quant"),
+            model.mode != "qlora",
+            f"model.mode={model.mode}: the base model is not 4-bit",
+            "set model.mode=qlora or leave it at its default",
+        ),
+        (
+            "task",
+            task,
+            ("template", "eval_name"),
+            task.name == "arithmetic",
+            "task.name=arithmetic: the built-in task has its own prompts and eval split",
+            "use a dataset task.name, or leave it unset",
+        ),
+        (
+            "task",
+            task,
+            ("reward_timeout_s",),
+            task.reward_workers == 0,
+            "task.reward_workers=0: rewards are scored in-process, where no timeout is enforced",
+            "set task.reward_workers >= 1 or leave it at its default",
+        ),
+    ]
+    found = [
+        f"{key}.{name}={getattr(section, name)!r} has no effect with {because}; {fix}"
+        for key, section, names, ignored, because, fix in rules
+        if ignored
+        for name in names
+        if getattr(section, name) != _default(section, name)
+    ]
+    options = cfg.algo.options if estimator == "ebpo" else {}
+    option_rules = [  # EBPO's options: (option, ignored?, because, what to do)
+        (
+            "prior_decay",
+            options.get("prior") == "batch",
+            "algo.options.prior=batch: the prior restarts from the batch every step",
+            "use prior=history, or leave it out",
+        ),
+        (
+            "min_cluster_count",
+            cfg.algo.cluster_key is None,
+            "algo.cluster_key unset: there are no clusters",
+            "set algo.cluster_key, or leave it out",
+        ),
+    ]
+    signature = inspect.signature(ESTIMATORS["ebpo"]).parameters
+    found += [
+        f"algo.options.{name}={options[name]!r} has no effect with {because}; {fix}"
+        for name, ignored, because, fix in option_rules
+        if ignored and name in options and options[name] != signature[name].default
+    ]
+    return found
 
 
 def _looks_local(name_or_path: str) -> bool:

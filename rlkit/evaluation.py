@@ -61,13 +61,17 @@ def sampled_pass_rates(
     return (rewards > 0.5).float().mean(dim=1)
 
 
-def majority_correct(texts: Sequence[str], problems: Sequence[Problem], k: int) -> torch.Tensor:
-    """Maj@k: 1 where the most frequent extracted answer of a problem's k samples is correct
-    (ties broken by first occurrence)."""
+def majority_correct(texts: Sequence[str], rewards: torch.Tensor) -> torch.Tensor:
+    """Maj@k: 1 where the most frequent extracted answer of a problem's k samples (texts in
+    problem-major order, rewards [P, k]) is correct (ties broken by first occurrence). The
+    winner is judged by the run's own reward on its first sample, so Maj@k agrees with Pass@1's
+    scoring (fractions, decimals, math-verify), not with a textual comparison."""
+    num_problems, k = rewards.shape
     out = []
-    for i, problem in enumerate(problems):
-        votes = Counter(extract_answer(t) for t in texts[i * k : (i + 1) * k])
-        out.append(float(votes.most_common(1)[0][0] == extract_answer(problem.answer)))
+    for i in range(num_problems):
+        answers = [extract_answer(t) for t in texts[i * k : (i + 1) * k]]
+        winner = Counter(answers).most_common(1)[0][0]
+        out.append(float(rewards[i, answers.index(winner)] > 0.5))
     return torch.tensor(out)
 
 
@@ -93,5 +97,5 @@ def evaluate(
     return {
         "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),
         "eval/pass@1": float((sampled > 0.5).float().mean()),
-        f"eval/maj@{k}": float(majority_correct(texts, problems, k).mean()),
+        f"eval/maj@{k}": float(majority_correct(texts, sampled).mean()),
     }

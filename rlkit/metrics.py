@@ -61,10 +61,27 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path | str) -> list[dict]:
-    """All rows of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl``)."""
+    """All rows of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl``). A line that is not
+    a JSON object with an integer ``step`` (damaged, or cut short by a crash) is a ValueError
+    naming the file and the line, never a row silently lost."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
     if not path.exists():
         raise ValueError(f"no metrics file at {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ValueError(
+                f"{path} line {number} is damaged (not a JSON object with an integer step): "
+                f"{line[:80]!r}"
+            )
+        rows.append(row)
+    return rows

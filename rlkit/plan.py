@@ -32,6 +32,7 @@ beside the measured peaks.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +143,7 @@ class MemoryPlan:
 
     def __init__(self, cfg: TrainConfig, shape: ModelShape, prompt_tokens: int):
         if prompt_tokens < 1:
-            raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
+            raise ValueError(f"prompt_tokens (--prompt-tokens) must be >= 1, got {prompt_tokens}")
         self.cfg, self.shape, self.prompt_tokens = cfg, shape, prompt_tokens
         self.passes = PassPlan.from_config(cfg, build_method(cfg))
         self.dtype_bytes = torch.empty((), dtype=cfg.model.dtype).element_size()
@@ -285,8 +286,16 @@ class MemoryPlan:
 
     def usable(self, gpu_bytes: float, headroom: float) -> float:
         """Bytes the training process may use: ``headroom`` kept free, and with the vLLM engine
-        its ``rollout.vllm_memory`` share of the GPU (vLLM's weights and KV cache)."""
+        its ``rollout.vllm_memory`` share of the GPU (vLLM's weights and KV cache). A headroom
+        outside [0, 1), or one that leaves vLLM's share nothing, is a ValueError."""
+        if not 0 <= headroom < 1:  # NaN fails too
+            raise ValueError(f"headroom (--headroom) must be in [0, 1), got {headroom!r}")
         vllm = self.cfg.rollout.vllm_memory if self.cfg.rollout.engine == "vllm" else 0.0
+        if headroom + vllm >= 1:
+            raise ValueError(
+                f"headroom (--headroom) {headroom:g} plus rollout.vllm_memory={vllm:g} leaves "
+                "no GPU memory for training: their sum must be below 1"
+            )
         return gpu_bytes * (1 - headroom - vllm)
 
     def peak(self) -> float:
@@ -340,6 +349,8 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
     lines += [f"{p.name:<48} {p.peak / GIB:>9.2f}" for p in plan.phases()]
     lines.append(f"{'peak':<48} {plan.peak() / GIB:>9.2f}")
     if gpu_mem_gib is not None:
+        if not (math.isfinite(gpu_mem_gib) and gpu_mem_gib > 0):
+            raise ValueError(f"--gpu-mem must be a positive number of GiB, got {gpu_mem_gib!r}")
         budget = plan.usable(gpu_mem_gib * GIB, headroom)
         if plan.cfg.rollout.engine == "vllm":
             lines.append(f"vLLM engine: {plan.cfg.rollout.vllm_memory:.0%} of the GPU is vLLM's")

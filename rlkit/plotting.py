@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +11,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rlkit.figure_style import FIGURE_DPI, STYLE  # noqa: E402
 from rlkit.metrics import read_metrics  # noqa: E402
 
 STANDARD_CURVES = {
@@ -40,6 +41,7 @@ def trailing_mean(values: list[float], window: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
+@plt.rc_context(STYLE)  # the shared figure style: text readable at the saved size
 def plot_runs(
     runs: Mapping[str, Path | str | list[dict]], out: Path | str, smooth: int = 5
 ) -> Path:
@@ -64,15 +66,41 @@ def plot_runs(
                 ax.plot(steps, values, marker="o", label=label, color=f"C{i}")
             else:
                 ax.plot(steps, trailing_mean(values, smooth), label=label, color=f"C{i}")
-        ax.set_title(STANDARD_CURVES[name], fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(STANDARD_CURVES[name])
+        ax.set_xlabel("step")
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    axes.flat[0].legend()
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=FIGURE_DPI)
     plt.close(fig)
     return out
+
+
+def unique_labels(run_dirs: Sequence[Path | str]) -> dict[str, Path]:
+    """{label: run directory}, each run labelled by the shortest end of its path that no other
+    run's path ends with: every sweep's runs end in ``…/G4/seed0``, so ``seed0`` alone would
+    draw several runs as one. A directory given twice is a ValueError."""
+    paths = [Path(d) for d in run_dirs]
+    seen = {}
+    for given, path in zip(run_dirs, paths):
+        if path.resolve() in seen:
+            raise ValueError(
+                f"run directory {given} is given twice (also as {seen[path.resolve()]})"
+            )
+        seen[path.resolve()] = given
+    labels = {}
+    for path in paths:
+        others = [p.parts for p in paths if p is not path]
+        k = next(
+            (
+                k
+                for k in range(1, len(path.parts))
+                if all(o[-k:] != path.parts[-k:] for o in others)
+            ),
+            len(path.parts),
+        )
+        labels[str(Path(*path.parts[-k:]))] = path
+    return labels

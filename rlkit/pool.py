@@ -7,14 +7,18 @@ on a small machine several single-thread runs side by side finish a batch of run
 run at a time on every core. ``threads`` and ``workers`` change the split.
 
 Workers are started with ``spawn`` (a fresh interpreter each), so a run never inherits the
-parent's torch state or threads. ``workers=0`` runs the jobs one by one in this process
-(debugging, tests).
+parent's torch state or threads. They die with the process that started them: killed with
+``kill -9``, a pool leaves no worker training on and holding its run's lock
+(:func:`die_with_parent`). ``workers=0`` runs the jobs one by one in this process (debugging,
+tests).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -29,12 +33,31 @@ def train_run(
     import torch
     import transformers
 
+    from rlkit import show_warnings_plainly
     from rlkit.config import load_config
     from rlkit.trainer import Trainer
 
+    show_warnings_plainly()  # the worker's warnings print as the command's own do
     torch.set_num_threads(threads)
     transformers.logging.disable_progress_bar()  # the pool's bar over runs is the one to read
     return Trainer(load_config(base, overrides), resume=resume, overwrite=overwrite).train()
+
+
+PARENT_POLL_S = 0.2  # how often a pool worker checks that its parent is still there
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: a daemon thread ends this process as soon as ``parent`` (the
+    process that started the pool) is gone, however it ended. An orphan is re-parented, so its
+    parent pid changes; polling it works on every POSIX system (Linux's PR_SET_PDEATHSIG does
+    not exist on macOS). The kernel then drops the run lock the worker held."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # no cleanup: the parent that would read a result is gone
+
+    threading.Thread(target=watch, name="rlkit-watch-parent", daemon=True).start()
 
 
 def default_workers(num_jobs: int, threads: int) -> int:
@@ -80,7 +103,12 @@ def run_pool(
                 finish(key, lambda args=args: fn(*args))
         elif jobs:
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+            with ProcessPoolExecutor(
+                min(workers, len(jobs)),
+                mp_context=context,
+                initializer=die_with_parent,
+                initargs=(os.getpid(),),
+            ) as pool:
                 futures = {pool.submit(fn, *args): key for key, args in jobs.items()}
                 for future in as_completed(futures):
                     finish(futures[future], future.result)

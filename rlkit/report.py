@@ -11,13 +11,20 @@ For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit
   against generated tokens, mean over seeds with a 95% band.
 
 Written to ``results/<sweep>/summary.{csv,json,md}`` and ``accuracy_vs_tokens.png``, with the
-commands that produced them. Runs that have not finished are listed and left out; a comparison
-uses the seeds both arms finished.
+commands that produced them. Runs that have not finished are listed and left out, each with what
+is wrong with it (a damaged metrics line, a null or non-finite first or last evaluation, fewer
+steps than the other runs of its cell); a comparison uses the seeds both arms finished. An
+interval needs at least 2 seeds: under 2 it reads "n/a", never a zero-width interval.
+
+Nothing half-written, nothing outside ``--results``: ``sweep.json`` is checked whole (its name
+must be a plain folder name), every file is built before the first is written, and each is
+written atomically.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import shlex
@@ -29,8 +36,8 @@ from scipy import stats
 
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.metrics import read_metrics
-from rlkit.rundir import saved_config
-from rlkit.sweep import MANIFEST
+from rlkit.rundir import saved_config, write_atomically
+from rlkit.sweep import MANIFEST, NAME
 from rlkit.tasks.loader import load_problems
 
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")
@@ -39,11 +46,64 @@ FIGURE = "accuracy_vs_tokens.png"
 
 
 def load_sweep(sweep_dir: str | Path) -> dict:
-    """The sweep's manifest (``sweep.json``, written by ``rlkit sweep``)."""
+    """The sweep's manifest (``sweep.json``, written by ``rlkit sweep``), checked: a damaged,
+    empty or wrong-shaped file is a ValueError naming the file and the bad entry."""
     path = Path(sweep_dir) / MANIFEST
     if not path.is_file():
         raise ValueError(f"{sweep_dir} has no {MANIFEST}: not a sweep directory (run rlkit sweep)")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err}): damaged or cut short; rerun rlkit sweep to "
+            "rewrite it"
+        ) from None
+    check_manifest(manifest, path)
+    return manifest
+
+
+def check_manifest(manifest, path: Path) -> None:
+    """``sweep.json``'s shape: a ``name`` that is a plain folder name (it names
+    ``results/<name>/``: no path separator, no ``..``), string ``command`` and ``spec_file``, an
+    optional string ``baseline`` and a non-empty list of runs, each with a string ``arm`` and
+    ``dir`` and integer ``group_size`` and ``seed``, no arm, G and seed or directory twice."""
+
+    def bad(key: str, value, want: str) -> ValueError:
+        return ValueError(f"{path}: {key} must be {want}, got {value!r} (rerun rlkit sweep)")
+
+    if not isinstance(manifest, dict):
+        raise bad("the file", manifest, "a JSON object")
+    for key in ("name", "spec_file", "spec", "command", "runs"):
+        if key not in manifest:
+            raise ValueError(f"{path}: {key} is missing (rerun rlkit sweep)")
+    name = manifest["name"]
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise bad("name", name, "a plain folder name (letters, digits, _ . + -)")
+    for key in ("spec_file", "command"):
+        if not isinstance(manifest[key], str):
+            raise bad(key, manifest[key], "a string")
+    if not isinstance(manifest.get("baseline"), (str, type(None))):
+        raise bad("baseline", manifest["baseline"], "an arm name or null")
+    runs = manifest["runs"]
+    if not isinstance(runs, list) or not runs:
+        raise bad("runs", runs, "a non-empty list")
+    fields = {"arm": str, "dir": str, "group_size": int, "seed": int}
+    seen = {}
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise bad(f"runs[{i}]", run, "an object")
+        for key, kind in fields.items():
+            value = run.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise bad(
+                    f"runs[{i}].{key}", value, f"a{'n' if kind is int else ''} {kind.__name__}"
+                )
+        for key in ((run["arm"], run["group_size"], run["seed"]), str(Path(run["dir"]))):
+            if key in seen:
+                raise ValueError(
+                    f"{path}: runs[{i}] repeats runs[{seen[key]}] ({key!r}); rerun rlkit sweep"
+                )
+            seen[key] = i
 
 
 def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -77,32 +137,65 @@ def shift_recovery(rows: list[dict], metric: str, shift_step: int) -> dict:
     }
 
 
-def finished_runs(manifest: dict) -> tuple[dict, dict, list[str]]:
-    """{(arm, G): {seed: metric rows}} of the runs whose last evaluation is at their final step,
-    {(arm, G): (number of held-out problems, task.shift step or None)} and the directories of
-    the other runs."""
-    runs, sizes, missing = defaultdict(dict), {}, []
+def check_finished(rows: list[dict], steps: int) -> None:
+    """A finished run: its last evaluation is at its final step, and its first and last
+    evaluations hold a finite value of every metric. Otherwise a ValueError says what is wrong
+    (a null is never replaced by another evaluation's value)."""
+    evals = [r for r in rows if any(m in r for m in METRICS)]
+    if not evals:
+        raise ValueError("no evaluation logged")
+    if evals[-1]["step"] != steps:
+        raise ValueError(f"not finished: last evaluation at step {evals[-1]['step']} of {steps}")
+    for row in (evals[0], evals[-1]):
+        for metric in METRICS:
+            value = row.get(metric)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{metric} at step {row['step']} is {value!r}, not a number")
+            if not math.isfinite(value):
+                raise ValueError(f"{metric} at step {row['step']} is {value}, not finite")
+
+
+def finished_runs(manifest: dict) -> tuple[dict, dict, dict[str, str]]:
+    """{(arm, G): {seed: metric rows}} of the finished runs (:func:`check_finished`),
+    {(arm, G): (number of held-out problems, task.shift step or None)} and {directory: why it
+    is left out} of the others, in the manifest's order. The runs of a cell have one length: a
+    run with fewer steps than the longest of its cell is left out, named (never averaged in).
+    A run's config is read without checking its paths: a moved model does not matter here."""
+    runs, sizes, lengths, why = defaultdict(dict), {}, defaultdict(dict), {}
     for run in manifest["runs"]:
         run_dir, cell = Path(run["dir"]), (run["arm"], run["group_size"])
         try:
+            if not run_dir.is_dir():
+                where = "" if run_dir.is_absolute() else f" in {Path.cwd()}"
+                raise ValueError(
+                    f"no such directory{where} (sweep.json's relative paths are relative to the "
+                    "directory rlkit sweep ran in: run rlkit report from there)"
+                )
             rows = read_metrics(run_dir)
-            cfg = saved_config(run_dir)
-        except ValueError:
-            missing.append(str(run_dir))
+            cfg = saved_config(run_dir, check_paths=False)
+            check_finished(rows, cfg.steps)
+            if cell not in sizes:
+                problems = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
+                sizes[cell] = (problems, cfg.task.shift.get("step"))
+        except ValueError as err:
+            why[str(run_dir)] = str(err)
             continue
-        evals = [r for r in rows if r.get(METRICS[0]) is not None]
-        if not evals or evals[-1]["step"] != cfg.steps:
-            missing.append(str(run_dir))
-            continue
-        runs[cell][run["seed"]] = rows
-        if cell not in sizes:
-            problems = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
-            sizes[cell] = (problems, cfg.task.shift.get("step"))
-    return dict(runs), sizes, missing
+        runs[cell][run["seed"]], lengths[cell][run["seed"]] = rows, (cfg.steps, str(run_dir))
+    for (arm, g), seeds in lengths.items():
+        longest = max(steps for steps, _ in seeds.values())
+        for seed, (steps, run_dir) in seeds.items():
+            if steps < longest:
+                why[run_dir] = f"{steps} steps, {longest} in other runs of {arm} at G={g}"
+                del runs[arm, g][seed]
+    order = [str(Path(run["dir"])) for run in manifest["runs"]]
+    return dict(runs), sizes, {d: why[d] for d in sorted(why, key=order.index)}
 
 
 def _ci(values: list[float]) -> dict:
-    """mean, low, high (low = high = mean for a single seed or identical values)."""
+    """mean, low, high of a 95% interval over seeds; low = high = None under 2 seeds (no
+    interval), low = high = mean for identical values."""
+    if len(values) < 2:
+        return {"mean": float(np.mean(values)), "low": None, "high": None}
     if len(set(values)) < 2:
         mean = float(np.mean(values))
         return {"mean": mean, "low": mean, "high": mean}
@@ -111,6 +204,8 @@ def _ci(values: list[float]) -> dict:
 
 
 def _fmt(ci: dict, scale: float = 100.0) -> str:
+    if ci["low"] is None:
+        return f"{ci['mean'] * scale:.1f} [n/a]"
     if ci["low"] == ci["high"]:
         return f"{ci['mean'] * scale:.1f}"
     return f"{ci['mean'] * scale:.1f} [{ci['low'] * scale:.1f}, {ci['high'] * scale:.1f}]"
@@ -126,8 +221,11 @@ def paired_mdd(differences: list[float]) -> float | None:
 
 def paired_stats(differences: list[float]) -> dict:
     """Per-seed paired differences → mean, 95% interval, MDD and the two-sided p-value of a
-    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0)."""
-    if len(set(differences)) > 1:
+    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0; a single
+    seed: None, like the interval)."""
+    if len(differences) < 2:
+        p = None
+    elif len(set(differences)) > 1:
         p = float(stats.ttest_1samp(differences, 0.0).pvalue)
     else:
         p = 1.0 if differences[0] == 0 else 0.0
@@ -178,7 +276,10 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
             p = float(np.mean(list(end.values())))
             shift = None
             if shift_step is not None:
-                shift = _shift_summary(seeds, {sd: base[sd] for sd in common}, name, shift_step)
+                try:
+                    shift = _shift_summary(seeds, {sd: base[sd] for sd in common}, name, shift_step)
+                except ValueError as err:
+                    raise ValueError(f"arm {arm} at G={g}: {err}") from None
             rows.append(
                 {
                     "arm": arm,
@@ -207,35 +308,38 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
 
 def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50) -> Path:
     """One panel per G: ``metric`` against generated tokens per arm, mean over seeds with a 95%
-    band (each seed's curve interpolated onto the token range every seed reached)."""
+    band (each seed's curve interpolated onto the token range every seed reached), in the shared
+    figure style (:mod:`rlkit.figure_style`)."""
+    from rlkit.figure_style import FIGURE_DPI, STYLE
     from rlkit.plotting import plt
 
     sizes = sorted({g for _, g in runs})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
-    for ax, g in zip(axes.flat, sizes):
-        for (arm, size), seeds in runs.items():
-            if size != g:
-                continue
-            curves = [eval_curve(rows, metric) for rows in seeds.values()]
-            grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
-            ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
-            ax.plot(grid, ys.mean(0), label=arm)
-            if len(ys) > 1:
-                band = mean_ci(ys)
-                ax.fill_between(grid, band.low, band.high, alpha=0.2)
-        ax.set_title(f"G = {g}", fontsize=9)
-        ax.set_xlabel("generated tokens (incl. probe)", fontsize=8)
-        ax.set_ylabel(f"{metric} (%)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
+        for ax, g in zip(axes.flat, sizes):
+            for (arm, size), seeds in runs.items():
+                if size != g:
+                    continue
+                curves = [eval_curve(rows, metric) for rows in seeds.values()]
+                grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
+                ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
+                ax.plot(grid, ys.mean(0), label=arm)
+                if len(ys) > 1:
+                    band = mean_ci(ys)
+                    ax.fill_between(grid, band.low, band.high, alpha=0.2)
+            ax.set_title(f"G = {g}")
+            ax.set_xlabel("generated tokens (incl. probe)")
+            ax.set_ylabel(f"{metric} (%)")
+            ax.legend()
+        fig.tight_layout()
+        write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
     plt.close(fig)
     return out
 
 
-def markdown(manifest: dict, rows: list[dict], commands: list[str], mdd: dict, missing) -> str:
+def markdown(
+    manifest: dict, rows: list[dict], commands: list[str], mdd: dict, missing: dict[str, str]
+) -> str:
     baseline = manifest.get("baseline")
     lines = [
         f"# Sweep `{manifest['name']}`",
@@ -291,7 +395,8 @@ def markdown(manifest: dict, rows: list[dict], commands: list[str], mdd: dict, m
             )
         lines.append("")
     if missing:
-        lines += [f"Not finished, left out: {', '.join(missing)}", ""]
+        left_out = "; ".join(f"{run_dir} ({why})" for run_dir, why in missing.items())
+        lines += [f"Left out (not finished or not readable): {left_out}", ""]
     lines += [f"![accuracy vs generated tokens]({FIGURE})", ""]
     return "\n".join(lines)
 
@@ -319,7 +424,10 @@ def write_report(
     manifest = load_sweep(sweep_dir)
     runs, eval_sizes, missing = finished_runs(manifest)
     if not runs:
-        raise ValueError(f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']})")
+        why = "; ".join(f"{run_dir} ({reason})" for run_dir, reason in missing.items())
+        raise ValueError(
+            f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']}): {why}"
+        )
     rows = summarize(manifest, runs, eval_sizes)
     compared = [r for r in rows if r["metric"] == metric and r["vs_baseline"]]
     seeds = max((len(r["vs_baseline_seeds"]) for r in compared), default=0)
@@ -328,44 +436,62 @@ def write_report(
         "seeds": seeds,
         "value": pooled_mdd([r["_diff"] for r in compared], seeds),
     }
-    out = Path(results) / manifest["name"]
+    out = Path(results) / manifest["name"]  # a plain folder name (check_manifest)
+    if not out.resolve().is_relative_to(Path(results).resolve()):
+        raise ValueError(f"{out} is a link out of --results {results} (to {out.resolve()})")
     report = ["rlkit", "report", str(sweep_dir)]
     if str(results) != "results":
         report += ["--results", str(results)]
     if metric != METRICS[0]:
         report += ["--metric", metric]
     commands = [manifest["command"], shlex.join(report)]
-    plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
     for r in rows:
         del r["_diff"]
-    text = markdown(manifest, rows, commands, mdd, missing)
-    (out / "summary.md").write_text(text)
     summary = {
         "name": manifest["name"],
         "commands": commands,
         "baseline": manifest.get("baseline"),
         "spec": manifest["spec"],
         "mdd": mdd,
-        "missing": missing,
+        "missing": list(missing),
         "rows": rows,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
-    with (out / "summary.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        stats = ("start", "end", "gain", "vs_baseline")
-        writer.writerow(
-            ["arm", "group_size", "metric", "seeds"]
-            + [f"{s}_{p}" for s in stats for p in ("mean", "low", "high")]
-            + ["mdd", "eval_problems", "eval_se", "tokens_generated", "tokens_probe"]
-        )
-        for r in rows:
-            cells = [r["arm"], r["group_size"], r["metric"], len(r["seeds"])]
-            for s in stats:
-                cells += [r[s][p] if r[s] else "" for p in ("mean", "low", "high")]
-            mdd_cell = "" if r["mdd"] is None else r["mdd"]
-            cells += [mdd_cell, r["eval_problems"], r["eval_se"]]
-            writer.writerow(cells + [r["tokens_generated"], r["tokens_probe"]])
-    return text + f"\nwritten to {out}/"
+    try:  # every file is built before the first is written
+        files = {
+            "summary.md": markdown(manifest, rows, commands, mdd, missing),
+            "summary.json": json.dumps(summary, indent=1, allow_nan=False) + "\n",
+            "summary.csv": summary_csv(rows),
+        }
+    except ValueError as err:
+        raise ValueError(f"{sweep_dir}: the summary holds a non-finite number ({err})") from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
+        for name, text in files.items():
+            write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, newline=""))
+    except OSError as err:
+        raise ValueError(f"cannot write the report into {out}: {err}") from None
+    return files["summary.md"] + f"\nwritten to {out}/"
+
+
+def summary_csv(rows: list[dict]) -> str:
+    """The summary rows as CSV text (an empty cell for a missing value)."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    columns = ("start", "end", "gain", "vs_baseline")
+    writer.writerow(
+        ["arm", "group_size", "metric", "seeds"]
+        + [f"{s}_{p}" for s in columns for p in ("mean", "low", "high")]
+        + ["mdd", "eval_problems", "eval_se", "tokens_generated", "tokens_probe"]
+    )
+    for r in rows:
+        cells = [r["arm"], r["group_size"], r["metric"], len(r["seeds"])]
+        for s in columns:
+            cells += [r[s][p] if r[s] else "" for p in ("mean", "low", "high")]
+        mdd_cell = "" if r["mdd"] is None else r["mdd"]
+        cells += [mdd_cell, r["eval_problems"], r["eval_se"]]
+        writer.writerow(cells + [r["tokens_generated"], r["tokens_probe"]])
+    return buffer.getvalue()
 
 
 # ---------------------------------------------------------------- reading a summary (notebooks)
@@ -373,7 +499,10 @@ MAX_MDD_FOR_A_NULL = 0.03  # a "no difference" is a result only when 3 points wo
 
 
 def difference_verdict(vs: dict, arm: str, baseline: str) -> str:
-    """What a paired interval says: one arm better, or no difference detected."""
+    """What a paired interval says: one arm better, or no difference detected (n/a without an
+    interval: a single seed)."""
+    if vs["low"] is None:
+        return "n/a (1 seed)"
     if vs["low"] > 0:
         return f"{arm} better"
     if vs["high"] < 0:
@@ -388,6 +517,8 @@ def claim_verdict(vs: dict, mdd: float | None, expect: int) -> str:
     reproduced: the interval lies on the claimed side of 0 (for 0: it does not lie below 0 and
     the MDD is at most 3 points); not reproduced: the interval contradicts the claim, or it
     contains 0 while 3 points would have been detected; otherwise not testable at this scale."""
+    if vs["low"] is None:  # a single seed: no interval
+        return "not testable at this scale"
     powered = mdd is not None and mdd <= MAX_MDD_FOR_A_NULL
     if expect == 0:
         if vs["high"] < 0:
@@ -425,6 +556,8 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
 
 
 def _fmt_signed(ci: dict, scale: float = 100.0) -> str:
+    if ci["low"] is None:
+        return f"{ci['mean'] * scale:+.1f} [n/a]"
     return f"{ci['mean'] * scale:+.1f} [{ci['low'] * scale:+.1f}, {ci['high'] * scale:+.1f}]"
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 import multiprocessing
 import numbers
+import pickle
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
-from rlkit.answers import extract_answer, last_boxed, normalize_answer
+from rlkit.answers import extract_answer, last_boxed, normalize_answer, numeric_value
 
 logger = logging.getLogger(__name__)
 
@@ -29,23 +30,17 @@ RewardFn = Callable[[str, str], float]
 WORKER_START_TIMEOUT_S = 120.0
 
 
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def exact_match_reward(completion: str, answer: str) -> float:
     """1.0 if the completion's answer key (`rlkit.answers.extract_answer`) equals the reference.
 
     The reference is normalised the same way (its ``\\boxed{}`` content if it has one); when both
-    sides parse as numbers they are compared numerically, so ``32.0`` matches ``32``.
+    sides are numbers (`rlkit.answers.numeric_value`: integers, decimals, fractions ``a/b``) they
+    are compared numerically, so ``32.0`` matches ``32`` and ``6/8`` matches ``3/4`` and ``0.75``.
     """
     predicted = extract_answer(completion)
     boxed = last_boxed(answer)
     reference = normalize_answer(boxed if boxed is not None else answer)
-    predicted_number, reference_number = _as_number(predicted), _as_number(reference)
+    predicted_number, reference_number = numeric_value(predicted), numeric_value(reference)
     if predicted_number is not None and reference_number is not None:
         return float(math.isclose(predicted_number, reference_number, rel_tol=1e-9, abs_tol=1e-9))
     return float(predicted == reference)
@@ -100,11 +95,20 @@ def _is_timeout(error: BaseException) -> bool:
     )
 
 
+def _is_bool(raw: object) -> bool:
+    """A Python or NumPy bool, or a bool-typed tensor or array (``torch.tensor(True)``)."""
+    if isinstance(raw, (torch.Tensor, np.ndarray)):
+        return raw.dtype in (torch.bool, np.bool_)
+    return isinstance(raw, (bool, np.bool_))
+
+
 def _call(fn: RewardFn, completion: str, answer: str) -> tuple[float | None, str | None, bool]:
     """``(reward, None, False)``, or ``(None, error description, timed out)``.
 
-    A reward must be a real number (a bool, string or None is an error, not coerced) that is
-    finite in float32, the dtype rewards are kept in (1e308 is finite in float64 but not there).
+    A reward must be a real number, or a tensor or array holding one (a bool of any kind, a
+    string or None is an error, not coerced: ``True`` scoring 1.0 would hide a reward that
+    returns a verdict instead of a score) that is finite in float32, the dtype rewards are kept
+    in (1e308 is finite in float64 but not there).
     """
     try:
         raw = fn(completion, answer)
@@ -112,7 +116,7 @@ def _call(fn: RewardFn, completion: str, answer: str) -> tuple[float | None, str
         raise
     except BaseException as error:  # any failure of user code is reported, not raised here
         return None, f"{type(error).__name__}: {error}", _is_timeout(error)
-    if isinstance(raw, (bool, np.bool_)) or not isinstance(raw, (numbers.Real, torch.Tensor)):
+    if _is_bool(raw) or not isinstance(raw, (numbers.Real, torch.Tensor, np.ndarray)):
         return None, f"reward is a {type(raw).__name__} ({raw!r}), not a number", False
     try:
         value = float(raw)
@@ -123,8 +127,14 @@ def _call(fn: RewardFn, completion: str, answer: str) -> tuple[float | None, str
     return value, None, False
 
 
-def _worker_loop(connection, fn: RewardFn) -> None:
-    """Worker process: announce readiness, then score (index, completion, answer) messages."""
+def _worker_loop(connection, pickled_fn: bytes) -> None:
+    """Worker process: load the reward function (or report why it cannot be imported here),
+    announce readiness, then score (index, completion, answer) messages."""
+    try:
+        fn = pickle.loads(pickled_fn)
+    except Exception as error:  # e.g. a function of a notebook's __main__, unknown here
+        connection.send(("unimportable", f"{type(error).__name__}: {error}"))
+        return
     connection.send("ready")
     while True:
         try:
@@ -134,21 +144,56 @@ def _worker_loop(connection, fn: RewardFn) -> None:
         connection.send((index, *_call(fn, completion, answer)))
 
 
+def _describe(fn: RewardFn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _pickle_reward(fn: RewardFn) -> bytes:
+    """``fn`` as worker processes receive it: pickled by reference (module and name)."""
+    try:
+        return pickle.dumps(fn)
+    except (pickle.PicklingError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"reward function {_describe(fn)} cannot be sent to reward worker processes "
+            f"({type(error).__name__}: {error}); define it at module level in an importable "
+            ".py file, or score in-process (num_workers=0, task.reward_workers=0)"
+        ) from None
+
+
 class _Worker:
     """One spawned scoring process and its pipe."""
 
-    def __init__(self, context, fn: RewardFn):
+    def __init__(self, context, fn: RewardFn, pickled_fn: bytes):
+        self.fn = fn
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_loop, args=(child, fn), daemon=True)
+        self.process = context.Process(target=_worker_loop, args=(child, pickled_fn), daemon=True)
         self.process.start()
         child.close()
         self.index: int | None = None  # item in flight
         self.started = 0.0  # when that item was sent
 
     def wait_ready(self) -> None:
-        if not self.connection.poll(WORKER_START_TIMEOUT_S) or self.connection.recv() != "ready":
-            self.kill()
-            raise RuntimeError("reward worker process failed to start")
+        try:
+            message = (
+                self.connection.recv() if self.connection.poll(WORKER_START_TIMEOUT_S) else None
+            )
+        except EOFError:  # the process died before it could say why
+            message = None
+        if message == "ready":
+            return
+        self.kill()
+        if isinstance(message, tuple):
+            raise RuntimeError(
+                f"reward worker processes cannot import the reward function {_describe(self.fn)} "
+                f"({message[1]}): a worker is a fresh Python process, so the function must be "
+                "defined at module level in a .py file it can import, not in __main__ or a "
+                "notebook; or score in-process (num_workers=0, task.reward_workers=0)"
+            )
+        raise RuntimeError("reward worker process failed to start")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive()
 
     def submit(self, index: int, completion: str, answer: str) -> None:
         self.index, self.started = index, time.monotonic()
@@ -195,6 +240,7 @@ class RewardScorer:
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.on_error = on_error
+        self._pickled_fn = _pickle_reward(fn) if num_workers else b""
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(["rlkit.rewards"])
 
@@ -231,11 +277,18 @@ class RewardScorer:
         pending = list(range(len(completions)))[::-1]
         busy: dict[object, _Worker] = {}
         while pending or busy:
-            for worker in self._workers:
+            for worker in list(self._workers):
                 if worker.index is None and pending:
                     index = pending.pop()
-                    worker.submit(index, completions[index], answers[index])
+                    try:
+                        worker.submit(index, completions[index], answers[index])
+                    except OSError:  # it died while idle (BrokenPipeError): retry on a new one
+                        pending.append(index)
+                        self._replace(worker)
+                        continue
                     busy[worker.connection] = worker
+            if not busy:
+                continue
             deadline = min(w.started for w in busy.values()) + self.timeout_s
             for connection in wait(list(busy), timeout=max(0.0, deadline - time.monotonic())):
                 worker = busy.pop(connection)
@@ -255,8 +308,14 @@ class RewardScorer:
         return results
 
     def _start_workers(self) -> None:
+        """Top the pool up to ``num_workers`` live workers (one that died between batches, e.g.
+        killed by the OS, is replaced here)."""
+        for worker in [w for w in self._workers if not w.alive]:
+            worker.kill()
+            self._workers.remove(worker)
         new = [
-            _Worker(self._context, self.fn) for _ in range(self.num_workers - len(self._workers))
+            _Worker(self._context, self.fn, self._pickled_fn)
+            for _ in range(self.num_workers - len(self._workers))
         ]
         for worker in new:
             worker.wait_ready()

@@ -73,10 +73,29 @@ class RowTemperatureLogitsProcessor(LogitsProcessor):
         return scores / self.temperatures[:, None]  # moved once, not at every decoding step
 
 
+class NonFiniteScoresError(RuntimeError):
+    """Sampling met a row of next-token scores with a NaN or +inf (or no finite score at all):
+    the policy is non-finite, and ``torch.multinomial`` would fail with a bare "probability
+    tensor contains either inf, nan or element < 0"."""
+
+
+class FiniteScoresCheck(LogitsProcessor):
+    """The last processor of the sampling chain: scores pass unchanged, a row whose largest
+    score is not finite raises :class:`NonFiniteScoresError` (top-k/top-p's -inf is fine)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if not bool(torch.isfinite(scores.amax(dim=-1)).all()):  # amax propagates NaN
+            raise NonFiniteScoresError(
+                f"non-finite next-token scores after {input_ids.shape[1]} tokens"
+            )
+        return scores
+
+
 def sampling_processors(
     temperatures: torch.Tensor, top_p: float = 1.0, top_k: int = 0
 ) -> LogitsProcessorList:
-    """The sampling chain: per-row temperature, then top-k, then top-p (nucleus on logits / T)."""
+    """The sampling chain: per-row temperature, then top-k, then top-p (nucleus on logits / T),
+    then the finiteness check."""
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
@@ -86,6 +105,7 @@ def sampling_processors(
         processors.append(TopKLogitsWarper(top_k=top_k))
     if top_p < 1.0:
         processors.append(TopPLogitsWarper(top_p=top_p))
+    processors.append(FiniteScoresCheck())
     return processors
 
 

@@ -6,7 +6,8 @@
 - Every path read from a run directory must resolve inside it (:func:`confined`): a symlink or a
   ``checkpoints/latest`` pointing elsewhere is refused.
 - One process at a time: :class:`RunLock` takes an exclusive ``flock`` on ``.lock``. The kernel drops
-  it when the process dies, so a lock left by a killed run is never in the way.
+  it when the process dies, so a lock left by a killed run is never in the way (:class:`DirLock`
+  does the same for a whole sweep).
 - A fresh run refuses a non-empty directory unless told to overwrite (:func:`check_fresh`), and
   then removes only what a run writes there (:func:`clear_run`).
 - A resumed run keeps its saved config: only :data:`RESUME_OVERRIDES` may change
@@ -18,15 +19,17 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from rlkit.config import TrainConfig, load_config
+from rlkit.config import TrainConfig, from_dict, load_config, merge_overrides, read_yaml
 
 CHECKPOINTS = "checkpoints"
 CONFIG = "config.yaml"
 LOCK = ".lock"
-RUN_FILES = (CONFIG, "metrics.jsonl", "tensorboard", CHECKPOINTS)  # what --overwrite removes
+# What --overwrite removes, in this order: config.yaml last, so a directory whose clearing was
+# interrupted still says which run it held (rlkit sweep restarts only its own runs).
+RUN_FILES = (CHECKPOINTS, "metrics.jsonl", "tensorboard", CONFIG)
 # Keys a resumed run may change: its length, checkpoint and eval cadence, logging, and the
 # trust_remote_code flag (always taken from the command line, never from a run directory).
 RESUME_OVERRIDES = (
@@ -54,12 +57,17 @@ def check_run_files(run_dir: Path) -> None:
         confined(run_dir, Path(run_dir) / name)
 
 
-class RunLock:
-    """Exclusive lock on ``RUN_DIR/.lock`` (``fcntl.flock``), released by :meth:`release` or when
-    the process ends, however it ends."""
+class DirLock:
+    """Exclusive lock on ``DIR/<NAME>`` (``fcntl.flock``), released by :meth:`release` or when the
+    process ends, however it ends: a lock left by a killed process is never in the way. A second
+    holder is refused with a ValueError naming the directory and the holding process."""
 
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK
+    NAME = LOCK
+    KIND = "directory"
+    HINT = "wait for it to finish"
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / self.NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
         try:
@@ -69,8 +77,7 @@ class RunLock:
             owner = self._file.read().strip() or "another process"
             self._file.close()
             raise ValueError(
-                f"run directory {run_dir} is in use by {owner} (lock {self.path}); "
-                "wait for it to finish or choose another output_dir"
+                f"{self.KIND} {directory} is in use by {owner} (lock {self.path}); {self.HINT}"
             ) from None
         self._file.seek(0)
         self._file.truncate()
@@ -81,14 +88,32 @@ class RunLock:
         if not self._file.closed:
             self._file.close()  # closing the file drops the flock
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
     def __del__(self) -> None:
         self.release()
 
 
+class RunLock(DirLock):
+    """The lock of a run directory (``RUN_DIR/.lock``), held while a process trains there."""
+
+    KIND = "run directory"
+    HINT = "wait for it to finish or choose another output_dir"
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """The names in ``run_dir`` other than its lock file, sorted (an absent directory: none)."""
+    run_dir = Path(run_dir)
+    return sorted(p.name for p in run_dir.iterdir() if p.name != LOCK) if run_dir.is_dir() else []
+
+
 def check_fresh(run_dir: Path, overwrite: bool) -> None:
     """A fresh run needs an empty directory (its own lock file aside), unless ``overwrite``."""
-    run_dir = Path(run_dir)
-    others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK)
+    others = run_files(run_dir)
     if others and not overwrite:
         raise ValueError(
             f"output_dir {run_dir} is not empty ({', '.join(others[:4])}"
@@ -108,6 +133,18 @@ def clear_run(run_dir: Path) -> None:
             path.unlink()
 
 
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)``, then ``tmp`` renamed onto ``path`` (same folder): a reader, or a crash,
+    never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _flatten(cfg: TrainConfig) -> dict:
     """``section.key`` → value; option mappings such as ``algo.options`` stay whole."""
     out = {}
@@ -119,17 +156,22 @@ def _flatten(cfg: TrainConfig) -> dict:
     return out
 
 
-def saved_config(run_dir: Path, overrides: Iterable[str] = ()) -> TrainConfig:
+def saved_config(
+    run_dir: Path, overrides: Iterable[str] = (), check_paths: bool = True
+) -> TrainConfig:
     """The config a run directory was trained with (its ``config.yaml``) plus ``overrides``.
     ``output_dir`` is that directory; ``model.trust_remote_code`` is off unless an override turns
-    it on: it is never taken from a file in a run directory."""
+    it on: it is never taken from a file in a run directory. ``check_paths=False`` validates the
+    values but not the filesystem (model and dataset paths, a writable ``output_dir``): what
+    reading a finished run's results needs, also after its model moved."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise ValueError(f"{run_dir} has no {CONFIG}: not an rlkit run directory")
     confined(run_dir, path)
-    return load_config(
-        str(path), ["model.trust_remote_code=false", *overrides, f"output_dir={run_dir}"]
-    )
+    overrides = ["model.trust_remote_code=false", *overrides, f"output_dir={run_dir}"]
+    if check_paths:
+        return load_config(str(path), overrides)
+    return from_dict(TrainConfig, merge_overrides(read_yaml(str(path)), overrides))
 
 
 def check_resume_config(saved: TrainConfig, wanted: TrainConfig) -> None:

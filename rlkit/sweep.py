@@ -17,13 +17,20 @@ of overrides. Every combination of arm, group size G and seed is one normal run 
     threads: 1                  # torch threads per run (default 1)
     workers: 2                  # runs in parallel (default: cores / threads; 0: in this process)
 
-The whole spec is checked before any run starts: an unknown key, a bad override (named with its
-arm), a key the sweep sets itself (``seed``, ``output_dir``, and ``rollout.group_size`` when
-``group_sizes`` is given), or a run directory whose saved config no longer matches the spec.
+The whole spec is checked before any run starts: an unknown key or a bad value (named with its
+key), a bad override (named with its arm), a key the sweep sets itself (``seed``, ``output_dir``,
+and ``rollout.group_size`` when ``group_sizes`` is given), a task with no training or held-out
+problems, or a run directory whose saved config no longer matches the spec.
 
 Resuming: a run whose latest checkpoint is at its final step is skipped; one with an earlier
 checkpoint (a killed run) resumes from it with the trainer's resume; one without a checkpoint
 starts afresh. So rerunning the same command after an interruption finishes the grid.
+
+Nothing is lost: a sweep replaces only what its own runs wrote. A run directory that holds another
+run (its config.yaml differs from the spec) or files no run writes is refused, naming it, with
+or without a checkpoint. One sweep at a time per ``out`` (a lock on ``OUT/.sweep.lock``, dropped
+by the kernel when the sweep dies), and each run's status is decided again under its run lock
+right before it trains, so a run that another process finished meanwhile is never retrained.
 
 Runs go to :mod:`rlkit.pool`: by default single-thread runs in parallel, one per core. That split
 is the faster one on the 2-core machines rlkit's tiny model targets: the tiny model's matrix
@@ -46,7 +53,17 @@ from pathlib import Path
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
 from rlkit.pool import default_workers, run_pool, train_run
-from rlkit.rundir import check_resume_config, saved_config
+from rlkit.rundir import (
+    RUN_FILES,
+    DirLock,
+    RunLock,
+    check_resume_config,
+    clear_run,
+    run_files,
+    saved_config,
+    write_atomically,
+)
+from rlkit.tasks.loader import check_sizes, load_problems, shifted_train_problems
 
 MANIFEST = "sweep.json"
 SPEC_KEYS = {
@@ -62,6 +79,15 @@ SPEC_KEYS = {
     "workers": "runs in parallel",
 }
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+SEED_MAX = 2**32 - 1  # numpy's seed range (every run seeds random, numpy and torch)
+
+
+class SweepLock(DirLock):
+    """One ``rlkit sweep`` at a time in a sweep's ``out`` directory."""
+
+    NAME = ".sweep.lock"
+    KIND = "sweep directory"
+    HINT = "another rlkit sweep is running there; wait for it to finish"
 
 
 @dataclass(frozen=True)
@@ -103,12 +129,17 @@ def _string_list(key: str, value) -> list[str]:
     return value
 
 
-def _int_list(key: str, value, minimum: int) -> list[int]:
+def _int_list(key: str, value, minimum: int, maximum: int | None = None) -> list[int]:
     ok = isinstance(value, list) and value
     if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise ValueError(f"sweep spec: {key} must be a non-empty list of integers, got {value!r}")
-    if len(set(value)) != len(value) or min(value) < minimum:
-        raise ValueError(f"sweep spec: {key} must be distinct integers >= {minimum}, got {value!r}")
+    bad = [v for v in value if v < minimum or (maximum is not None and v > maximum)]
+    if len(set(value)) != len(value) or bad:
+        limits = f">= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
+        raise ValueError(
+            f"sweep spec: {key} must be distinct integers {limits}, got {value!r}"
+            + (f" ({bad[0]} is out of range)" if bad else "")
+        )
     return value
 
 
@@ -141,20 +172,23 @@ def parse_spec(path: str | Path) -> SweepSpec:
             raise ValueError(f"sweep spec: arm name {arm!r} must be letters, digits, _ . + -")
         _string_list(f"arms.{arm}", overrides if overrides is not None else [])
     baseline = data.get("baseline")
-    if baseline is not None and baseline not in arms:
+    if baseline is not None and (not isinstance(baseline, str) or baseline not in arms):
         raise ValueError(f"sweep spec: baseline {baseline!r} is not an arm; arms: {list(arms)}")
     if not isinstance(data["base"], str):
         raise ValueError(f"sweep spec: base must be a preset name or path, got {data['base']!r}")
+    out = data.get("out", f"runs/sweeps/{name}")
+    if not isinstance(out, str) or not out.strip():
+        raise ValueError(f"sweep spec: out must be a directory path (a string), got {out!r}")
     sizes = data.get("group_sizes")
     workers = data.get("workers")
     return SweepSpec(
         name=name,
         base=data["base"],
-        out=Path(data.get("out", f"runs/sweeps/{name}")),
+        out=Path(out),
         overrides=_string_list("overrides", data.get("overrides", [])),
         arms={arm: list(o or []) for arm, o in arms.items()},
         group_sizes=None if sizes is None else _int_list("group_sizes", sizes, 1),
-        seeds=_int_list("seeds", data["seeds"], 0),
+        seeds=_int_list("seeds", data["seeds"], 0, SEED_MAX),
         baseline=baseline,
         threads=_count("threads", data.get("threads", 1), 1),
         workers=None if workers is None else _count("workers", workers, 0),
@@ -194,24 +228,72 @@ def plan(spec: SweepSpec) -> list[Run]:
     keys = [r.key for r in runs]
     if len(set(keys)) != len(keys):
         raise ValueError("sweep spec: two runs share a directory")
+    check_problems(runs)
     return runs
 
 
-def run_status(run: Run) -> str:
+def check_problems(runs: list[Run]) -> None:
+    """Every run's problems cover what its config asks of them (the trainer's own check,
+    :func:`rlkit.tasks.loader.check_sizes`: training problems, also after its ``task.shift``,
+    and held-out ones), so no run fails on its task after others trained; a ValueError names
+    the arm."""
+    checked = set()
+    for run in runs:
+        cfg = run.cfg
+        key = repr((cfg.task, cfg.rollout.num_prompts, cfg.eval.num_problems))
+        if key in checked:
+            continue
+        checked.add(key)
+        train, evaluation = load_problems(cfg.task)
+        shifted = shifted_train_problems(cfg.task) if cfg.task.shift else None
+        try:
+            check_sizes(cfg, evaluation, train, shifted)
+        except ValueError as err:
+            raise ValueError(f"sweep spec: arm {run.arm}: {err}") from None
+
+
+def run_status(cfg: TrainConfig) -> str:
     """``done`` (latest checkpoint at the final step), ``resume`` (an earlier checkpoint: a
-    killed run) or ``fresh``. A run directory whose saved config differs from the spec in
-    anything a resume may not change is a ValueError naming the key."""
-    latest = latest_checkpoint(run.dir) if run.dir.is_dir() else None
+    killed run) or ``fresh`` (no checkpoint: an empty directory, or one that this run left before
+    its first checkpoint). A directory whose saved config differs from ``cfg`` in anything a
+    resume may not change (another run), or that holds no config.yaml or files no run writes,
+    is a ValueError naming the directory: the sweep never replaces what it did not write."""
+    run_dir = Path(cfg.output_dir)
+    latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    files = run_files(run_dir)
+    if latest is None and not files:
+        return "fresh"
+    try:
+        unknown = sorted(set(files) - set(RUN_FILES))
+        if latest is None and unknown:
+            raise ValueError(f"it holds files no run writes ({', '.join(unknown)})")
+        check_resume_config(saved_config(run_dir, check_paths=False), cfg)
+        step = int(STEP_DIR.fullmatch(latest.name).group(1)) if latest else 0
+        if step > cfg.steps:
+            raise ValueError(f"its checkpoint is at step {step}, past steps={cfg.steps}")
+    except ValueError as err:
+        raise ValueError(
+            f"run {run_dir} does not match the sweep spec: {err}. Nothing was changed; move it "
+            "away or set another out in the spec"
+        ) from None
     if latest is None:
         return "fresh"
-    step = int(STEP_DIR.fullmatch(latest.name).group(1))
-    try:
-        check_resume_config(saved_config(run.dir), run.cfg)
-        if step > run.cfg.steps:
-            raise ValueError(f"its checkpoint is at step {step}, past steps={run.cfg.steps}")
-    except ValueError as err:
-        raise ValueError(f"run {run.dir} does not match the sweep spec: {err}") from None
-    return "done" if step == run.cfg.steps else "resume"
+    return "done" if step == cfg.steps else "resume"
+
+
+def train_sweep_run(base: str, overrides: list[str], threads: int) -> list[dict]:
+    """One run of the grid (a pool job): its status decided again under its run lock, right
+    before it trains (another process may have finished or started it since the sweep looked),
+    then nothing (done), a resume, or a fresh start that first clears what this run left."""
+    cfg = load_config(base, overrides)
+    with RunLock(Path(cfg.output_dir)):
+        status = run_status(cfg)
+        if status == "fresh":
+            clear_run(Path(cfg.output_dir))
+    if status == "done":
+        return []
+    # no overwrite: if another process wrote there since the lock was released, training refuses
+    return train_run(base, overrides, threads, resume=status == "resume")
 
 
 def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
@@ -228,7 +310,7 @@ def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
         ],
     }
     path = spec.out / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=1) + "\n"))
     return path
 
 
@@ -240,32 +322,27 @@ def run_sweep(
     spec_path = Path(spec_path)
     spec = parse_spec(spec_path)
     runs = plan(spec)
-    status = {run.key: run_status(run) for run in runs}
-    by_status = {s: [k for k, v in status.items() if v == s] for s in ("done", "resume", "fresh")}
     if dry_run:
-        return by_status
-    write_manifest(spec, spec_path, runs)
-    todo = [run for run in runs if status[run.key] != "done"]
-    workers = spec.workers if workers is None else workers
-    if workers is None:
-        workers = default_workers(len(todo), spec.threads)
-    jobs = {
-        run.key: (
-            spec.base,
-            list(run.overrides),
-            spec.threads,
-            status[run.key] == "resume",
-            status[run.key] == "fresh",  # a run killed before its first checkpoint restarts
+        return _by_status(runs)
+    with SweepLock(spec.out):
+        by_status = _by_status(runs)
+        write_manifest(spec, spec_path, runs)
+        todo = [run for run in runs if run.key not in by_status["done"]]
+        workers = spec.workers if workers is None else workers
+        if workers is None:
+            workers = default_workers(len(todo), spec.threads)
+        run_pool(
+            train_sweep_run,
+            {run.key: (spec.base, list(run.overrides), spec.threads) for run in todo},
+            workers,
+            progress,
+            desc=f"sweep {spec.name}",
+            initial=len(runs) - len(todo),
+            total=len(runs),
         )
-        for run in todo
-    }
-    run_pool(
-        train_run,
-        jobs,
-        workers,
-        progress,
-        desc=f"sweep {spec.name}",
-        initial=len(runs) - len(todo),
-        total=len(runs),
-    )
     return by_status
+
+
+def _by_status(runs: list[Run]) -> dict[str, list[str]]:
+    status = {run.key: run_status(run.cfg) for run in runs}
+    return {s: [k for k, v in status.items() if v == s] for s in ("done", "resume", "fresh")}

@@ -18,6 +18,7 @@ phase is timed and hookable (``rlkit.phases``). Nothing imports this module's in
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from functools import partial
 from pathlib import Path
@@ -29,7 +30,7 @@ from tqdm.auto import tqdm
 from rlkit.batch import Groups, StepRecord, TrainBatch
 from rlkit.checkpoint import load_checkpoint, save_checkpoint
 from rlkit.collect import Collector
-from rlkit.config import BUILTIN_MODEL, TrainConfig
+from rlkit.config import BUILTIN_MODEL, TrainConfig, read_yaml
 from rlkit.dist import Local
 from rlkit.evaluation import evaluate, sampled_pass_rates
 from rlkit.logprobs import PassPlan, PolicyForward
@@ -37,6 +38,7 @@ from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.phases import Phases
+from rlkit.rollout import NonFiniteScoresError
 from rlkit.rundir import (
     CONFIG,
     RunLock,
@@ -44,14 +46,31 @@ from rlkit.rundir import (
     check_resume_config,
     check_run_files,
     clear_run,
+    confined,
     saved_config,
 )
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import rng_state, seed_everything, set_rng_state
 from rlkit.step_metrics import step_metrics
 from rlkit.tasks.chat import chat_problems
-from rlkit.tasks.loader import load_problems, shifted_train_problems, subset, warn_long_prompts
-from rlkit.update import PolicyUpdate
+from rlkit.tasks.loader import (
+    check_sizes,
+    load_problems,
+    shifted_train_problems,
+    subset,
+    warn_long_prompts,
+)
+from rlkit.update import NonFiniteError, PolicyUpdate
+
+
+def trained_model(run_dir: Path) -> str:
+    """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
+    messages ("unknown" when the file does not say)."""
+    try:
+        model = read_yaml(str(confined(run_dir, run_dir / CONFIG)))["model"]
+        return f"{model['name_or_path']} ({model.get('mode', 'full')})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "unknown"
 
 
 def resolve_model_path(cfg: TrainConfig) -> str:
@@ -103,6 +122,12 @@ class Trainer:
         self.dist, self.phases = Local(), Phases()
 
         self.train_problems, eval_problems = load_problems(cfg.task)
+        # from step task.shift.step on, training draws these (shift_task)
+        self.shift_problems = shifted_train_problems(cfg.task) if cfg.task.shift else None
+        if self.read_only:  # evaluation only: the training sets do not matter
+            check_sizes(cfg, eval_problems)
+        elif not resume:  # a resumed run keeps the config it started with (check_resume_config)
+            check_sizes(cfg, eval_problems, self.train_problems, self.shift_problems)
         # a seeded sample, not a prefix: the splits are ordered cell by cell (topic, difficulty)
         self.eval_problems = subset(eval_problems, cfg.eval.num_problems)
         self.method = build_method(cfg, self.dist)
@@ -136,8 +161,10 @@ class Trainer:
         self.curriculum_pass_rates = pass_rates
         self.sampler = PromptSampler(self.train_problems, cfg.rollout.order, cfg.seed, pass_rates)
         self.shifted = False
-        if state and cfg.task.shift and state["step"] >= cfg.task.shift["step"]:
-            self.shift_task()  # the checkpoint's sampler state belongs to the shifted prompts
+        if state and cfg.task.shift and state["step"] > cfg.task.shift["step"]:
+            # the checkpoint's sampler state belongs to the shifted prompts; one saved at the
+            # shift step itself was written before step() shifted, so it holds the original's
+            self.shift_task()
         if state:
             self.load_state(checkpoint.path, state)
         self.logger = None
@@ -155,7 +182,7 @@ class Trainer:
     def shift_task(self) -> None:
         """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 08's
         difficulty shift), in a fresh order under the run's seed."""
-        problems = shifted_train_problems(self.cfg.task)
+        problems = self.shift_problems
         if self.cfg.task.chat_template:
             problems = chat_problems(problems, self.policy.tokenizer)
         self.train_problems = problems
@@ -169,15 +196,35 @@ class Trainer:
 
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
-        return sampled_pass_rates(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.train_problems,
-            self.collector.scorer,
-            k=self.cfg.eval.k,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            batch_size=self.cfg.eval.batch_size,
-        )
+        with self.finite_sampling():
+            return sampled_pass_rates(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.train_problems,
+                self.collector.scorer,
+                k=self.cfg.eval.k,
+                max_new_tokens=self.cfg.rollout.max_new_tokens,
+                batch_size=self.cfg.eval.batch_size,
+            )
+
+    @contextlib.contextmanager
+    def finite_sampling(self):
+        """Turn sampling's non-finite scores (a broken policy: finite but huge weights can pass
+        the update's one-row check, ``PolicyUpdate.check_finite``) into a NonFiniteError naming
+        the step, raised before anything of this step is logged or saved."""
+        try:
+            yield
+        except NonFiniteScoresError as err:
+            done = self.step_count
+            raise NonFiniteError(
+                f"sampling after step {done} met {err}: "
+                + (
+                    "the starting policy is non-finite"
+                    if done == 0
+                    else "an optimizer step left the policy non-finite; lower optim.lr "
+                    f"(now {self.cfg.optim.lr:g}). The run's checkpoints are kept."
+                )
+            ) from None
 
     @property
     def counters(self) -> dict[str, int]:
@@ -193,7 +240,7 @@ class Trainer:
         """One step: prompts → groups → advantages → passes → update → feedback → metrics."""
         self.maybe_shift_task()
         self.phases.take()
-        with self.phases("generate"):  # §3 steps 1–3 as the method draws; DAPO refills
+        with self.phases("generate"), self.finite_sampling():  # §3 steps 1–3; DAPO refills
             groups, drawn = self.collector.draw(self.sampler, self.method)
         with self.phases("update"):
             rewards = self.dist.all_gather(groups.rewards)  # [P_all, G], the same on every rank
@@ -235,16 +282,17 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
         ev = self.cfg.eval
-        return evaluate(
-            self.policy.model,
-            self.policy.tokenizer,
-            self.eval_problems,
-            self.collector.scorer,
-            ev.k,
-            ev.temperature,
-            self.cfg.rollout.max_new_tokens,
-            ev.batch_size,
-        )
+        with self.finite_sampling():
+            return evaluate(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.eval_problems,
+                self.collector.scorer,
+                ev.k,
+                ev.temperature,
+                self.cfg.rollout.max_new_tokens,
+                ev.batch_size,
+            )
 
     def state_dict(self) -> dict:
         update = self.update
@@ -259,8 +307,24 @@ class Trainer:
             "counters": self.counters,
         }
 
+    def load_policy_state(self, policy_dir: Path) -> None:
+        """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
+        (``rlkit eval --config`` with another model) is a ValueError naming both models and the
+        first mismatch, not a size-mismatch traceback."""
+        try:
+            self.policy.load_trainable_state(policy_dir)
+        except (RuntimeError, ValueError, OSError) as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            first = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
+            model = self.cfg.model
+            raise ValueError(
+                f"{policy_dir} holds weights of another model than model.name_or_path="
+                f"{model.name_or_path} ({model.mode}): {first.rstrip('.')}; the run's {CONFIG} "
+                f"names model {trained_model(self.run_dir)}"
+            ) from None
+
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        self.policy.load_trainable_state(checkpoint / "policy")
+        self.load_policy_state(checkpoint / "policy")
         self.update.optimizer.load_state_dict(state["optimizer"])
         self.update.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state)

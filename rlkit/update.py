@@ -29,8 +29,9 @@ from rlkit.phases import Phases
 
 
 class NonFiniteError(RuntimeError):
-    """Raised after too many consecutive steps with a non-finite loss or gradient, or when an
-    optimizer step leaves the policy non-finite."""
+    """Raised after too many consecutive steps with a non-finite loss or gradient, when an
+    optimizer step leaves the policy non-finite, or when sampling from the policy meets
+    non-finite scores."""
 
 
 def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
@@ -141,9 +142,11 @@ class PolicyUpdate:
         on_policy = batch.old is None
         old = batch.old
         if on_policy:  # π_old is the detached training forward: filled in as it runs
+            # log-probs are at least float32 (logprobs.sequence_logprobs)
+            dtype = torch.promote_types(cfg.model.dtype, torch.float32)
             old = PolicyPass(
-                torch.zeros(mask.shape, device=mask.device),
-                torch.zeros(mask.shape, device=mask.device),
+                torch.zeros(mask.shape, device=mask.device, dtype=dtype),
+                torch.zeros(mask.shape, device=mask.device, dtype=dtype),
             )
         eps = None if on_policy and clip.needs_entropy else self.radii(batch, clip, old)
         params = self.policy.trainable_parameters()

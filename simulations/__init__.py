@@ -5,9 +5,10 @@
 - :mod:`simulations.closed_forms` the closed forms the notebooks set beside the simulations
 - :mod:`simulations.experiments` the vectorized experiment drivers the notebooks call
 - :mod:`simulations.stats`, :mod:`simulations.plotting` intervals over seeds, figures
+- :mod:`simulations.scale`       the notebooks' full and CI scales; where a CI-scale run writes
 """
 
-from simulations import closed_forms, experiments, plotting, population, stats
+from simulations import closed_forms, experiments, plotting, population, scale, stats
 from simulations.bandit import SoftmaxBandit, StepResult
 from simulations.population import (
     BetaPopulation,
@@ -31,5 +32,6 @@ __all__ = [
     "gaussian_rewards",
     "plotting",
     "population",
+    "scale",
     "stats",
 ]

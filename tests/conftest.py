@@ -12,9 +12,14 @@ import string
 
 import pytest
 import torch
+from hypothesis import settings
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from rlkit.models.tokenizer import build_char_tokenizer
+
+# No example database: hypothesis would otherwise write .hypothesis/ into the checkout.
+settings.register_profile("rlkit", database=None)
+settings.load_profile("rlkit")
 
 CHARACTERS = string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz"
 

@@ -45,6 +45,12 @@ def error_line(capsys) -> str:
 
 
 # ---------------------------------------------------------------------------- config
+# 413 bytes whose aliases expand to 10**9 leaves (a bomb like it hung the loader)
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+
+
 @pytest.mark.parametrize(
     "yaml_text, message",
     [
@@ -54,7 +60,11 @@ def error_line(capsys) -> str:
         ("steps: 3\nseed: 1\nsteps: 4\n", "duplicate key 'steps'"),
         ("optim:\n  lr: .nan\n", "optim.lr must be a finite number"),
         ("algo:\n  options: {eps: .inf}\n", "algo.options.eps must be a finite number"),
+        (BILLION_LAUGHS, "invalid YAML (line 2, column 8): alias *a: YAML aliases are not"),
+        ("steps: 3\nseed: &s 1\neval: {every: *s}\n", "alias *s"),
+        ("algo: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML: nested too deeply"),
     ],
+    ids=lambda value: value[:20] if isinstance(value, str) else value,
 )
 def test_bad_config_files(tmp_path, capsys, no_model_load, yaml_text, message):
     path = tmp_path / "bad.yaml"
@@ -62,6 +72,18 @@ def test_bad_config_files(tmp_path, capsys, no_model_load, yaml_text, message):
     assert main(["train", "--config", str(path), f"output_dir={tmp_path / 'run'}"]) == 2
     assert message in error_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_file_over_the_size_limit_is_refused_unread(tmp_path, capsys, no_model_load):
+    from rlkit.config import MAX_CONFIG_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_text("steps: 3\n" + "# padding\n" * (MAX_CONFIG_BYTES // 10))
+    assert main(["train", "--config", str(path), f"output_dir={tmp_path / 'run'}"]) == 2
+    assert f"config {path} is larger than 1024 KiB" in error_line(capsys)
+    path.write_bytes(b"steps: 3\n\xff\xfe\n")  # e.g. a checkpoint given as the config
+    assert main(["train", "--config", str(path), f"output_dir={tmp_path / 'run'}"]) == 2
+    assert f"config {path} is not UTF-8 text" in error_line(capsys)
 
 
 @pytest.mark.parametrize(

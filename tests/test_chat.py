@@ -66,7 +66,13 @@ def test_trainer_renders_train_and_eval_prompts(tmp_path, tiny_model_dir):
     tokenizer.chat_template = QWEN3_LIKE
     tokenizer.save_pretrained(model_dir)
     overrides = [f"model.name_or_path={model_dir}", f"output_dir={tmp_path / 'run'}"]
-    overrides += ["task.num_train=8", "task.num_eval=4", "tensorboard=false", "progress=false"]
+    overrides += [
+        "task.num_train=8",
+        "task.num_eval=4",
+        "rollout.num_prompts=4",
+        "tensorboard=false",
+        "progress=false",
+    ]
     trainer = Trainer(load_config("tiny-cpu", [*overrides, "task.chat_template=true"]))
     for problem in trainer.train_problems + trainer.eval_problems:
         assert problem.prompt.startswith("<|im_start|>user\n")

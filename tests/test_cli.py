@@ -55,3 +55,48 @@ def test_overrides_may_come_before_and_after_flags(capsys, tmp_path):
     assert "unknown config key rollout.grup_size" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--overwrite", "--no-such-flag"])
+
+
+def test_demo_refuses_a_repeated_seed(capsys, tmp_path):
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--seeds", "0", "1", "0"]) == 2
+    assert "rlkit demo: error: --seeds lists seed 0 more than once" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_demo_with_failed_runs_ends_in_one_line(monkeypatch, tmp_path):
+    import rlkit.demo
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("1 of 15 runs failed: ('GRPO', 0); first error: boom")
+
+    monkeypatch.setattr(rlkit.demo, "run_demo", failing)
+    with pytest.raises(SystemExit, match=r"^rlkit demo: error: 1 of 15 runs failed"):
+        main(["demo", "--out", str(tmp_path / "demo")])
+
+
+def test_demo_out_expands_home(monkeypatch, tmp_path, capsys):
+    import rlkit.demo
+
+    seen = {}
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(
+        rlkit.demo, "run_demo", lambda out, *args, **kwargs: seen.setdefault("out", out)
+    )
+    assert main(["demo", "--out=~/demo"]) == 0  # the shell leaves ~ after --out= alone
+    assert seen["out"] == str(tmp_path / "demo")
+    assert f"figure and table in {tmp_path / 'demo'}" in capsys.readouterr().out
+
+
+def test_command_warnings_name_no_source_file(capsys):
+    """The commands print a warning as one line without the file and line it came from (the
+    install path of this machine), e.g. the trainer's notice that a configured clip cannot act."""
+    import warnings
+
+    from rlkit import show_warnings_plainly
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        show_warnings_plainly()
+        warnings.warn("agpo.adaptive_clip=true cannot act", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err == "warning: UserWarning: agpo.adaptive_clip=true cannot act\n"

@@ -47,6 +47,8 @@ def test_overrides_are_typed_and_nested():
     "override, message",
     [
         ("rollout.grup_size=4", "unknown config key rollout.grup_size"),
+        ("seed=-1", r"seed must be in \[0, 2\*\*32\), got -1"),
+        ("seed=4294967296", r"seed must be in \[0, 2\*\*32\), got 4294967296"),
         ("nonsense=1", "unknown config key nonsense"),
         ("algo.estimator=ppo", "algo.estimator must be one of"),
         ("rollout.group_size=0", "rollout.group_size must be > 0"),
@@ -70,8 +72,15 @@ def test_overrides_are_typed_and_nested():
         ("optim.logprob_micro_batch_size=-1", "optim.logprob_micro_batch_size must be >= 0"),
         ("eval.at_start=sometimes", "eval.at_start must be true or false"),
         ("task.shift={step: 0, arithmetic: {}}", "task.shift.step must be an integer >= 1"),
-        ("task.shift={step: 5, arithmetic: {topics: [div]}}", "topics"),
-        ("task.shift={step: 5, arithmetic: {}, when: 3}", "task.shift: unknown key"),
+        (
+            "task.shift={step: 5, arithmetic: {topics: [div]}}",
+            r"^task\.shift\.arithmetic: topics: unknown topic 'div'",
+        ),
+        (
+            "task.shift={step: 5, arithmetic: {topcs: [mul]}}",
+            r"^unknown config key task\.shift\.arithmetic\.topcs; known",
+        ),
+        ("task.shift={step: 5, arithmetic: {}, when: 3}", "unknown config key task.shift.when"),
         ("task.shift={step: 5}", "task.shift.arithmetic must be a mapping"),
         ("task.shift={step: 100, arithmetic: {}}", r"task.shift.step \(100\) must be below steps"),
     ],
@@ -142,3 +151,118 @@ def test_clips_that_cannot_act_are_named(overrides, expected):
     """tiny-cpu: 32 prompts × 8 = 256 rows, one epoch over one mini-batch (docs/algorithms.md §4)."""
     cfg = load_config("tiny-cpu", overrides)
     assert list(PassPlan.from_config(cfg, build_method(cfg)).inactive_clips) == expected
+
+
+def test_paths_expand_home_and_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RLKIT_TEST_RUNS", str(tmp_path / "runs"))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
+    cfg = load_config(
+        "tiny-cpu",
+        [
+            "output_dir=~/run",
+            "model.name_or_path=$HOME/model",
+            "task.name=~/data.jsonl",
+            "task.eval_name=${RLKIT_TEST_RUNS}/../data.jsonl",
+        ],
+    )
+    assert cfg.output_dir == str(tmp_path / "run")
+    assert cfg.model.name_or_path == str(tmp_path / "model")
+    assert cfg.task.name == str(tmp_path / "data.jsonl")
+    assert cfg.task.eval_name == str(tmp_path / "runs" / ".." / "data.jsonl")
+    (tmp_path / "my.yaml").write_text("steps: 3\n")
+    assert load_config("~/my.yaml").steps == 3  # a config path too
+    assert load_config("tiny-cpu", ["output_dir=$RLKIT_TEST_RUNS/a"]).output_dir == str(
+        tmp_path / "runs" / "a"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"output_dir='\$RLKIT_NO_SUCH_VARIABLE/x' names an environment variable that is "
+        "not set",
+    ):
+        load_config("tiny-cpu", ["output_dir=$RLKIT_NO_SUCH_VARIABLE/x"])
+
+
+AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "message"),
+    [
+        (  # the issue's case: AGPO's adaptive ε would drop the preset's clip-higher
+            "qwen3-8b-qlora",
+            AGPO_ON_QWEN,
+            r"^loss\.eps_high=0\.28 has no effect with agpo\.enabled=true and "
+            r"agpo\.adaptive_clip=true: AGPO's clip radius replaces it",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.clip={alpha: 0.0}"],
+            r"^agpo\.clip=\{'alpha': 0\.0\} .*agpo\.enabled=false",
+        ),
+        ("tiny-cpu", ["agpo.probe=reuse"], r"^agpo\.probe='reuse' .*agpo\.enabled=false"),
+        ("tiny-cpu", ["agpo.dispersion=mad"], r"agpo\.enabled=false and algo\.estimator=grpo"),
+        (
+            "tiny-cpu",
+            ["agpo.enabled=true", "agpo.adaptive_clip=false", "agpo.clip={gamma: 0.0}"],
+            r"^agpo\.clip=.* agpo\.adaptive_clip=false",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.enabled=true", "agpo.adaptive_temperature=false", "agpo.temperature={lam: 0.3}"],
+            r"^agpo\.temperature=.* agpo\.adaptive_temperature=false",
+        ),
+        (
+            "tiny-cpu",
+            ["algo.cluster_key=topic"],
+            r"^algo\.cluster_key='topic' .*algo\.estimator=grpo",
+        ),
+        ("tiny-cpu", ["rollout.max_gen_batches=5"], r"rollout\.dynamic_sampling=false"),
+        ("tiny-cpu", ["rollout.overlong_penalty=0.5"], r"rollout\.overlong_buffer=0"),
+        ("tiny-cpu", ["rollout.vllm_memory=0.5"], r"rollout\.engine=hf"),
+        (
+            "qwen3-8b-qlora",
+            ["rollout.engine=vllm"],
+            r"^rollout\.generation_batch_size=32 has no effect with rollout\.engine=vllm",
+        ),
+        ("tiny-cpu", ["loss.kl_estimator=k1"], r"^loss\.kl_estimator='k1' .*loss\.kl_coef=0"),
+        ("tiny-cpu", ["model.lora_r=4"], r"^model\.lora_r=4 has no effect with model\.mode=full"),
+        (
+            "qwen3-8b-qlora",
+            ["model.mode=lora", "model.quant_type=fp4"],
+            r"^model\.quant_type='fp4' .*model\.mode=lora",
+        ),
+        ("tiny-cpu", ["task.template=boxed"], r"^task\.template='boxed' .*task\.name=arithmetic"),
+        ("tiny-cpu", ["task.reward_timeout_s=2"], r"task\.reward_workers=0"),
+        (
+            "tiny-cpu",
+            ["algo.estimator=ebpo", "algo.options={prior: batch, prior_decay: 0.9}"],
+            r"^algo\.options\.prior_decay=0\.9 has no effect with algo\.options\.prior=batch",
+        ),
+        (
+            "tiny-cpu",
+            ["algo.estimator=ebpo", "algo.options={min_cluster_count: 2}"],
+            r"^algo\.options\.min_cluster_count=2 .*algo\.cluster_key unset",
+        ),
+    ],
+)
+def test_a_setting_another_one_switches_off_is_refused_naming_both(preset, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(preset, overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*AGPO_ON_QWEN, "loss.eps_high=0.2"],  # one source: AGPO's ε
+        [*AGPO_ON_QWEN, "agpo.adaptive_clip=false"],  # one source: the loss's clip-higher
+        [*AGPO_ON_QWEN, "loss.eps_high=0.2", "agpo.clip={eps_base: 0.28}"],
+        ["rollout.engine=vllm", "rollout.generation_batch_size=0", "rollout.vllm_memory=0.5"],
+        ["loss.kl_estimator=k1", "optim.skip_redundant_passes=false"],  # logs the kl metric
+        ["task.reward_workers=2", "task.reward_timeout_s=2"],
+    ],
+)
+def test_each_parameter_from_one_source_loads(overrides):
+    load_config("qwen3-8b-qlora", overrides)

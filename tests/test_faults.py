@@ -24,7 +24,7 @@ from rlkit.checkpoint import latest_checkpoint, save_checkpoint
 from rlkit.cli import main
 from rlkit.metrics import read_metrics
 from rlkit.trainer import Trainer
-from rlkit.update import NonFiniteError
+from rlkit.update import NonFiniteError, PolicyUpdate
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +291,24 @@ def test_update_that_breaks_the_policy_stops_with_nonfinite_error(tmp_path, tiny
         trainer.train()
 
 
+def test_a_broken_policy_that_passes_the_update_check_stops_at_sampling(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    # finite but huge weights can give finite log-probs on the update's one probe row: the
+    # sampling of the next step is where torch.multinomial would then fail with a bare error
+    monkeypatch.setattr(PolicyUpdate, "check_finite", lambda self, step, batch, rows: None)
+    cfg = make_config(tmp_path, tiny_model_dir, "optim.lr=1e30", "steps=3", "checkpoint_every=1")
+    trainer = Trainer(cfg)
+    trainer.collector.scorer = PatternScorer()
+    with pytest.raises(
+        NonFiniteError,
+        match=r"sampling after step 1 met non-finite next-token scores .*lower optim.lr",
+    ):
+        trainer.train()
+    assert latest_checkpoint(tmp_path).name == "step_000001"
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1]
+
+
 def test_cli_reports_a_broken_update_in_one_line(trained_run, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(collect_module, "RewardScorer", lambda *args, **kwargs: PatternScorer())
     config = str(trained_run / "config.yaml")
@@ -320,3 +338,41 @@ def test_file_planted_into_a_checkpoint_makes_it_unusable(run, tiny_model_dir):
         trainer = Trainer(make_config(run, tiny_model_dir, "steps=3"), resume=True)
     assert trainer.step_count == 1
     trainer.close()
+
+
+def test_eval_of_another_models_checkpoint_names_both_models(run, capsys):
+    # the run trained the test's tiny Llama; the tiny-cpu preset's model is the built-in one
+    assert main(["eval", "--checkpoint", str(run), "--config", "tiny-cpu", "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert (
+        f"{run / 'checkpoints' / 'step_000002' / 'policy'} holds weights of another model" in error
+    )
+    assert "model.name_or_path=builtin:tiny (full)" in error
+    assert "size mismatch for model.embed_tokens.weight" in error
+    assert "the run's config.yaml names model " in error and "tiny-llama" in error
+
+
+def test_eval_of_a_checkpoint_in_another_mode_names_both(run, capsys):
+    assert main(["eval", "--checkpoint", str(run), "model.mode=lora", "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert "holds weights of another model than model.name_or_path=" in error
+    assert "(lora): No such file or directory" in error and error.endswith("(full)")
+
+
+def test_eval_of_a_broken_policy_is_one_line(run, monkeypatch, capsys):
+    from rlkit.rollout import NonFiniteScoresError
+
+    def broken(*args, **kwargs):
+        raise NonFiniteScoresError("non-finite next-token scores after 5 tokens")
+
+    monkeypatch.setattr(trainer_module, "evaluate", broken)
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 2
+    assert last_error_line(capsys).startswith(
+        "rlkit eval: error: sampling after step 2 met non-finite next-token scores after 5 tokens"
+    )
+
+
+def test_eval_checkpoint_path_expands_home(run, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(run.parent))
+    assert main(["eval", "--checkpoint=~/run", "eval.k=1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2

@@ -1,6 +1,9 @@
 """Skipped passes (issue 12): no reference pass when β = 0, no separate π_old pass when the update is
 on-policy. Each skipped pass must leave the losses, gradients and logged metrics (timings aside)
-those of the full path (`optim.skip_redundant_passes=false`), up to float rounding."""
+those of the full path (`optim.skip_redundant_passes=false`), up to float rounding.
+
+The paths are compared over one step of a float64 model: over several float32 steps their rounding
+differences grow past any fixed tolerance on some CPU or thread count."""
 
 from __future__ import annotations
 
@@ -14,17 +17,19 @@ from test_trainer import PatternScorer, make_config
 import rlkit.logprobs as logprobs_module
 from rlkit.trainer import Trainer
 
-# A tiny model gives every pass the same arithmetic up to the order of the batch rows.
+# The model runs in float64, but HF's RMSNorm computes in float32: two paths that feed it
+# differently rounded inputs part at float32 precision, far below this after one step.
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 
 
-def run_steps(run_dir, model_dir, overrides, skip: bool, steps: int = 2, monkeypatch=None):
+def run_steps(run_dir, model_dir, overrides, skip: bool, steps: int = 1, monkeypatch=None):
     """``steps`` trainer steps; returns (metrics per step, gradients per optimizer step, trainer,
     number of log-prob passes)."""
     cfg = make_config(
         run_dir,
         model_dir,
         "optim.lr=0.05",
+        "model.compute_dtype=float64",
         f"optim.skip_redundant_passes={str(skip).lower()}",
         *overrides,
     )
@@ -152,7 +157,7 @@ def test_shared_prompt_forward_gives_the_unshared_results(
     tmp_path, tiny_model_dir, monkeypatch, case
 ):
     """`optim.share_prompt_forward` changes how the forward is computed, not what: losses,
-    gradients and metrics of two steps equal the unshared run's up to float rounding."""
+    gradients and metrics of a step equal the unshared run's up to float rounding."""
     overrides = SHARED_PROMPT_CASES[case]
     plain_rows, plain_grads, _, plain_passes = run_steps(
         tmp_path / "plain", tiny_model_dir, overrides, skip=True, monkeypatch=monkeypatch

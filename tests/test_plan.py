@@ -4,6 +4,7 @@ the 8B shapes from the shipped configs (meta device, no weights)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -14,6 +15,9 @@ from rlkit.config import load_config
 from rlkit.models.loading import ModelSpec, load_policy
 from rlkit.plan import GIB, MemoryPlan, build_plan, check_fits, model_config, model_shape
 
+# vLLM batches the rollouts itself: the preset's rollout.generation_batch_size must go
+VLLM = ["rollout.engine=vllm", "rollout.generation_batch_size=0"]
+
 
 def tiny_plan(model_dir, *overrides, prompt_tokens=8):
     cfg = load_config("tiny-cpu", [f"model.name_or_path={model_dir}", *overrides])
@@ -21,7 +25,7 @@ def tiny_plan(model_dir, *overrides, prompt_tokens=8):
 
 
 def test_tiny_shape_counts_every_linear_and_the_real_lora(tiny_model_dir):
-    shape = tiny_plan(tiny_model_dir, "model.lora_r=4").shape
+    shape = tiny_plan(tiny_model_dir, "model.mode=lora", "model.lora_r=4").shape
     model = LlamaForCausalLM.from_pretrained(tiny_model_dir)
     per_layer = {  # (in, out) of each projection: hidden 32, 4 heads × 8, 2 KV heads, MLP 64
         "q": (32, 32), "k": (32, 16), "v": (32, 16), "o": (32, 32),
@@ -119,12 +123,40 @@ def test_memory_plan_rejects_a_bad_prompt_length(tiny_model_dir):
 
 def test_vllm_engine_leaves_its_share_of_the_gpu():
     hf = build_plan(load_config("qwen3-8b-qlora"))
-    vllm = build_plan(
-        load_config("qwen3-8b-qlora", ["rollout.engine=vllm", "rollout.vllm_memory=0.5"])
-    )
+    vllm = build_plan(load_config("qwen3-8b-qlora", [*VLLM, "rollout.vllm_memory=0.5"]))
     assert not any(p.name.startswith("generation") for p in vllm.phases())
     assert any(p.name.startswith("eval generation") for p in vllm.phases())  # eval stays on HF
     assert vllm.usable(24 * GIB, 0.1) == pytest.approx(hf.usable(24 * GIB, 0.1) - 12 * GIB)
     check_fits(hf, 24 * GIB)
     with pytest.raises(ValueError, match=r"rollout.vllm_memory=0.5 for vLLM"):
         check_fits(vllm, 24 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gpu-mem", "0"], "--gpu-mem must be a positive number of GiB, got 0.0"),
+        (["--gpu-mem", "-24"], "--gpu-mem must be a positive number of GiB, got -24.0"),
+        (["--gpu-mem", "nan"], "--gpu-mem must be a positive number of GiB, got nan"),
+        (["--gpu-mem", "inf"], "--gpu-mem must be a positive number of GiB, got inf"),
+        (["--gpu-mem", "24", "--headroom", "1.5"], r"headroom \(--headroom\) must be in \[0, 1\)"),
+        (["--gpu-mem", "24", "--headroom", "-0.1"], r"must be in \[0, 1\), got -0.1"),
+        (["--gpu-mem", "24", "--headroom", "nan"], r"must be in \[0, 1\), got nan"),
+        (["--headroom", "0.2"], "--headroom needs --gpu-mem"),
+        (["--prompt-tokens", "0"], r"prompt_tokens \(--prompt-tokens\) must be >= 1, got 0"),
+        (
+            [
+                "--gpu-mem",
+                "24",
+                "--headroom",
+                "0.5",
+                *VLLM,
+                "rollout.vllm_memory=0.5",
+            ],
+            "leaves no GPU memory for training",
+        ),
+    ],
+)
+def test_plan_refuses_a_gpu_size_or_headroom_that_means_nothing(capsys, flags, message):
+    assert main(["plan", "--config", "qwen3-8b-qlora", *flags]) == 2
+    assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from rlkit.report import (
     pooled_mdd,
     shift_recovery,
     summary_row,
+    write_report,
 )
 from rlkit.tasks.loader import load_problems
 
@@ -30,10 +34,11 @@ SEEDS = [0, 1, 2, 3, 4]
 GAIN = {"A": [0.10, 0.12, 0.08, 0.11, 0.09], "B": [0.15, 0.16, 0.12, 0.18, 0.14]}
 
 
-def fake_run(run_dir, start, end, tokens, steps=4):
-    """A finished run: config.yaml with ``steps`` and evaluations at steps 0 and ``steps``."""
+def fake_run(run_dir, start, end, tokens, steps=4, overrides=()):
+    """A finished run: config.yaml with ``steps`` (and ``overrides``) and evaluations at steps 0
+    and ``steps``."""
     run_dir.mkdir(parents=True)
-    cfg = load_config("tiny-cpu", [f"steps={steps}", f"output_dir={run_dir}"])
+    cfg = load_config("tiny-cpu", [f"steps={steps}", f"output_dir={run_dir}", *overrides])
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     rows = [{"step": 0, "eval/greedy_accuracy": start, "eval/pass@1": start / 2}]
     for step in range(1, steps + 1):
@@ -222,3 +227,210 @@ def test_paired_stats_p_value_is_the_one_sample_t_test():
     got = paired_stats(diffs)
     assert got["p"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue)
     assert paired_stats([0.0, 0.0])["p"] == 1.0 and paired_stats([0.1, 0.1])["p"] == 0.0
+
+
+def write_rows(run_dir, rows):
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def read_rows(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def report(sweep_dir, results, capsys):
+    code = main(["report", str(sweep_dir), "--results", str(results)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name", ["../x", "ABSOLUTE", "a/b", "..", "", 7])
+def test_report_writes_only_inside_results(tmp_path, sweep_dir, capsys, name):
+    name = str(tmp_path / "x") if name == "ABSOLUTE" else name
+    manifest = json.loads((sweep_dir / "sweep.json").read_text()) | {"name": name}
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and "name must be a plain folder name" in err and repr(name) in err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "results").exists()
+
+
+def test_report_does_not_follow_a_link_out_of_results(tmp_path, sweep_dir, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "synthetic").symlink_to(elsewhere)
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and "is a link out of --results" in err and not any(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "sweep.json is not valid JSON"),
+        ('{"name": "synthetic", "runs": [{"arm"', "sweep.json is not valid JSON"),
+        ("[1, 2]", "the file must be a JSON object, got \\[1, 2\\]"),
+        ('{"name": "s"}', "spec_file is missing"),
+    ],
+)
+def test_damaged_manifest_is_a_clear_error(tmp_path, sweep_dir, capsys, text, message):
+    (sweep_dir / "sweep.json").write_text(text)
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and re.search(message, err), err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"runs": []}, "runs must be a non-empty list"),
+        ({"runs": {"A": 1}}, "runs must be a non-empty list"),
+        ({"runs": [{"arm": "A", "group_size": 4, "seed": "0", "dir": "d"}]}, "runs\\[0\\].seed"),
+        ({"runs": [{"arm": "A", "group_size": 4, "seed": 0}]}, "runs\\[0\\].dir must be a str"),
+        ({"runs": ["A/G4/seed0"]}, "runs\\[0\\] must be an object"),
+        ({"baseline": ["A"]}, "baseline must be an arm name or null"),
+        (
+            {"runs": [{"arm": "A", "group_size": 4, "seed": 0, "dir": d} for d in "ab"]},
+            "runs\\[1\\] repeats runs\\[0\\] \\(\\('A', 4, 0\\)\\)",
+        ),
+        (
+            {
+                "runs": [
+                    {"arm": a, "group_size": 4, "seed": 0, "dir": d}
+                    for a, d in [("A", "d"), ("B", "./d")]
+                ]
+            },
+            "runs\\[1\\] repeats runs\\[0\\] \\('d'\\)",
+        ),
+    ],
+)
+def test_wrong_shaped_manifest_names_the_entry(tmp_path, sweep_dir, capsys, change, message):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text()) | change
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and re.search(message, err), err
+
+
+def summary_of(sweep_dir, results):
+    write_report(sweep_dir, results)
+    summary = json.loads((results / "synthetic" / "summary.json").read_text())
+    rows = {(r["arm"], r["metric"]): r for r in summary["rows"]}
+    return summary, rows, (results / "synthetic" / "summary.md").read_text()
+
+
+def test_runs_of_unequal_length_are_not_averaged(tmp_path, sweep_dir):
+    short = sweep_dir / "B" / "G4" / "seed4"
+    shutil.rmtree(short)
+    fake_run(short, 0.54, 0.68, 140, steps=3)  # finished, but at 3 steps where the others ran 4
+    summary, rows, md = summary_of(sweep_dir, tmp_path / "results")
+    assert rows["B", "eval/greedy_accuracy"]["seeds"] == [0, 1, 2, 3]
+    assert str(short) in summary["missing"]
+    assert f"{short} (3 steps, 4 in other runs of B at G=4)" in md
+
+
+def test_null_final_metric_is_never_replaced_by_the_start_value(tmp_path, sweep_dir):
+    run_dir = sweep_dir / "B" / "G4" / "seed1"
+    rows = read_rows(run_dir)
+    rows[-1]["eval/pass@1"] = None  # a non-finite evaluation is logged as null
+    write_rows(run_dir, rows)
+    summary, by_arm, md = summary_of(sweep_dir, tmp_path / "results")
+    assert by_arm["B", "eval/pass@1"]["seeds"] == [0, 2, 3, 4]
+    assert "1" not in by_arm["B", "eval/pass@1"]["end_by_seed"]
+    assert f"{run_dir} (eval/pass@1 at step 4 is None, not a number)" in md
+
+
+def test_nan_in_a_final_evaluation_leaves_the_run_out(tmp_path, sweep_dir):
+    run_dir = sweep_dir / "A" / "G4" / "seed2"
+    text = (run_dir / "metrics.jsonl").read_text().splitlines()
+    text[-1] = text[-1].replace('"eval/greedy_accuracy": 0.6', '"eval/greedy_accuracy": NaN')
+    (run_dir / "metrics.jsonl").write_text("\n".join(text) + "\n")
+    summary, rows, md = summary_of(sweep_dir, tmp_path / "results")
+    assert rows["A", "eval/greedy_accuracy"]["seeds"] == [0, 1, 3, 4]
+    assert f"{run_dir} (eval/greedy_accuracy at step 4 is nan, not finite)" in md
+
+
+def test_non_finite_summary_writes_nothing(tmp_path, sweep_dir, capsys):
+    run_dir = sweep_dir / "A" / "G4" / "seed0"
+    rows = read_rows(run_dir)
+    rows[-1]["tokens/generated"] = float("inf")
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and "non-finite" in err
+    assert not (tmp_path / "results").exists()  # not half of the files: none
+
+
+def test_damaged_line_or_moved_model_is_named_not_dropped(tmp_path, sweep_dir):
+    damaged = sweep_dir / "B" / "G4" / "seed2"
+    lines = (damaged / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2][:10]
+    (damaged / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    moved = sweep_dir / "B" / "G4" / "seed3"
+    cfg = yaml.safe_load((moved / "config.yaml").read_text())
+    cfg["model"]["name_or_path"] = str(tmp_path / "moved" / "model")
+    (moved / "config.yaml").write_text(yaml.safe_dump(cfg))
+    summary, rows, md = summary_of(sweep_dir, tmp_path / "results")
+    assert rows["B", "eval/greedy_accuracy"]["seeds"] == [0, 1, 3, 4]  # the moved model is fine
+    assert summary["missing"] == [str(damaged), str(sweep_dir / "B" / "G4" / "seed5")]
+    assert f"{damaged / 'metrics.jsonl'} line 3 is damaged" in md
+
+
+def test_one_seed_gives_no_interval_and_no_verdict(tmp_path, sweep_dir):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    manifest["runs"] = [r for r in manifest["runs"] if r["arm"] == "A" or r["seed"] == 0]
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    summary, rows, md = summary_of(sweep_dir, tmp_path / "results")
+    b = rows["B", "eval/greedy_accuracy"]
+    assert b["seeds"] == [0] and b["end"]["low"] is None and b["vs_baseline"]["high"] is None
+    assert (
+        "| B | 4 | greedy_accuracy | 1 | 50.0 [n/a] | 65.0 [n/a] | 15.0 [n/a] | 5.0 [n/a] |" in md
+    )
+    table = arm_table(summary, "eval/greedy_accuracy")
+    assert "B better" not in table and "+5.0 [n/a]" in table and "n/a (1 seed)" in table
+    assert claim_verdict(b["vs_baseline"], b["mdd"], expect=+1) == "not testable at this scale"
+    assert paired_stats([0.05])["p"] is None
+
+
+def test_results_that_is_a_file_is_a_clear_error(tmp_path, sweep_dir, capsys):
+    (tmp_path / "results").write_text("not a folder")
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and f"cannot write the report into {tmp_path / 'results' / 'synthetic'}" in err
+
+
+def test_shift_without_an_evaluation_before_it_names_the_arm(tmp_path):
+    out, runs = tmp_path / "sweep", []
+    shift = ["task.shift={step: 2, arithmetic: {topics: [add]}}"]
+    for seed in (0, 1):
+        run_dir = out / "B" / "G4" / f"seed{seed}"
+        fake_run(run_dir, 0.5, 0.6, 100, overrides=shift)
+        write_rows(run_dir, read_rows(run_dir)[1:])  # no evaluation at step 0
+        runs.append({"arm": "B", "group_size": 4, "seed": seed, "dir": str(run_dir)})
+    manifest = {"name": "s", "spec_file": "s.yaml", "spec": {}, "command": "c", "runs": runs}
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="arm B at G=4: eval/greedy_accuracy: no evaluation on"):
+        write_report(out, tmp_path / "results")
+
+
+def test_run_directories_not_found_say_where_they_were_looked_for(
+    tmp_path, sweep_dir, capsys, monkeypatch
+):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    for run in manifest["runs"]:  # relative to tmp_path, where the sweep "ran"
+        run["dir"] = str(Path(run["dir"]).relative_to(tmp_path))
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, _, err = report(sweep_dir, tmp_path / "results", capsys)
+    assert code == 2 and f"sweep/A/G4/seed0 (no such directory in {elsewhere}" in err
+    assert "run rlkit report from there" in err
+    monkeypatch.chdir(tmp_path)
+    assert report(sweep_dir, tmp_path / "results", capsys)[0] == 0
+
+
+def test_left_out_runs_given_with_dot_slash_keep_the_manifest_order(tmp_path, sweep_dir, capsys):
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    for run in manifest["runs"]:
+        run["dir"] = "./" + str(Path(run["dir"]).relative_to(tmp_path))
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    shutil.rmtree(sweep_dir / "A" / "G4" / "seed1")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        summary, _, _ = summary_of(sweep_dir, tmp_path / "results")
+    assert summary["missing"] == ["sweep/A/G4/seed1", "sweep/B/G4/seed5"]

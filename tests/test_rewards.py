@@ -1,11 +1,15 @@
 """Reward functions and the fault-tolerant batch scorer."""
 
 import logging
+import sys
 import time
+import types
 
+import numpy as np
 import pytest
 import torch
 
+import rlkit.rewards as rewards_module
 from rlkit.rewards import (
     RewardScorer,
     exact_match_reward,
@@ -119,3 +123,54 @@ def test_workers_raise_mode_on_timeout():
     with RewardScorer(flaky_reward, num_workers=1, timeout_s=0.5, on_error="raise") as scorer:
         with pytest.raises(RuntimeError, match="timeout"):
             scorer.score(["hang"], ["1"])
+
+
+@pytest.mark.parametrize("noticed", [True, False], ids=["seen-dead", "found-at-send"])
+def test_a_worker_that_died_between_batches_is_replaced(monkeypatch, noticed):
+    if not noticed:  # it dies after the liveness check: the send finds the broken pipe
+        monkeypatch.setattr(rewards_module._Worker, "alive", property(lambda self: True))
+    with RewardScorer(flaky_reward, num_workers=2, timeout_s=5.0) as scorer:
+        assert scorer.score(["1", "2"], ["1", "2"]).rewards.tolist() == [1.0, 1.0]
+        for worker in scorer._workers:  # e.g. both killed by the OS while idle
+            worker.process.kill()
+            worker.process.join()
+        batch = scorer.score(["1", "2", "3"], ["1", "0", "3"])
+        assert batch.rewards.tolist() == [1.0, 0.0, 1.0] and batch.num_errors == 0
+
+
+def test_a_reward_the_workers_cannot_import_is_a_clear_error(monkeypatch):
+    # a function defined in a notebook: picklable by name here, unknown to a fresh process
+    module = types.ModuleType("notebook_cell_module")
+    exec("def my_reward(completion, answer):\n    return 1.0", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    with RewardScorer(module.my_reward, num_workers=1) as scorer:
+        with pytest.raises(
+            RuntimeError,
+            match=r"cannot import the reward function notebook_cell_module\.my_reward "
+            r"\(ModuleNotFoundError: No module named 'notebook_cell_module'\)",
+        ):
+            scorer.score(["1"], ["1"])
+
+
+def test_a_reward_workers_cannot_receive_is_refused_up_front():
+    with pytest.raises(ValueError, match="cannot be sent to reward worker processes"):
+        RewardScorer(lambda completion, answer: 1.0, num_workers=1)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [True, np.bool_(True), torch.tensor(True), np.array(True), torch.tensor([True])],
+    ids=["bool", "numpy-bool", "tensor", "array", "tensor-1"],
+)
+def test_a_bool_of_any_kind_is_a_failure_not_a_score(value):
+    batch = RewardScorer(lambda completion, answer: value).score(["1"], ["1"])
+    assert batch.rewards.tolist() == [0.0] and batch.num_errors == 1
+
+
+@pytest.mark.parametrize(
+    "value", [np.float64(0.5), torch.tensor(0.5), np.array(0.5)], ids=["numpy", "tensor", "array"]
+)
+def test_a_number_in_a_tensor_or_array_is_a_score(value):
+    assert RewardScorer(lambda completion, answer: value).score(["1"], ["1"]).rewards.tolist() == [
+        0.5
+    ]

@@ -63,6 +63,29 @@ def write_spec(tmp_path, model_dir, **changes):
         ({"baseline": "PPO"}, "baseline 'PPO' is not an arm"),
         ({"seeds": [0, 0]}, "seeds must be distinct"),
         ({"arms": {"GRPO": [], "a/b": []}}, "arm name 'a/b'"),
+        (
+            {"seeds": [0, 2**32]},
+            "<= 4294967295, got \\[0, 4294967296\\] \\(4294967296 is out of range\\)",
+        ),
+        ({"seeds": [-1]}, "-1 is out of range"),
+        ({"seeds": [0, "1"]}, "seeds must be a non-empty list of integers"),
+        ({"seeds": 3}, "seeds must be a non-empty list of integers"),
+        ({"out": 5}, "out must be a directory path"),
+        ({"out": ["a"]}, "out must be a directory path"),
+        ({"baseline": ["GRPO"]}, "baseline \\['GRPO'\\] is not an arm"),
+        ({"baseline": 1}, "baseline 1 is not an arm"),
+        (
+            {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={train_size: 0}"]}},
+            "arm EBPO: rollout.num_prompts=.* is more than the 0 training problems",
+        ),
+        (
+            {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={eval_size: 0}"]}},
+            "arm EBPO: the eval split of task.name=arithmetic is empty",
+        ),
+        (
+            {"arms": {"GRPO": [], "EBPO": ["eval.num_problems=100000", "task.num_eval=100000"]}},
+            "arm EBPO: eval.num_problems=100000 .* asks for more problems than the eval split",
+        ),
     ],
 )
 def test_bad_specs_fail_before_any_run(tmp_path, tiny_model_dir, change, message):

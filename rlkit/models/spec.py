@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MODES = ("full", "lora", "qlora")
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_NAMES = ("float32", "bfloat16", "float16", "float64")
 QUANT_TYPES = ("nf4", "fp4")
 
 

@@ -140,16 +140,17 @@ class ArithmeticTask:
         return "eval" if bucket < self.eval_fraction else "train"
 
 
-def arithmetic_task(options: dict) -> ArithmeticTask:
-    """`ArithmeticTask(**options)`, with an unknown field named as ``task.arithmetic.<field>``."""
+def arithmetic_task(options: dict, key: str = "task.arithmetic") -> ArithmeticTask:
+    """`ArithmeticTask(**options)`; an error names the config ``key`` the options came from
+    (``task.arithmetic``, or ``task.shift.arithmetic``), e.g. ``task.arithmetic.<field>``."""
     known = {f.name for f in fields(ArithmeticTask)}
-    for key in options:
-        if key not in known:
-            raise ValueError(f"unknown config key task.arithmetic.{key}; known: {sorted(known)}")
+    for name in options:
+        if name not in known:
+            raise ValueError(f"unknown config key {key}.{name}; known: {sorted(known)}")
     try:
         return ArithmeticTask(**options)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"task.arithmetic: {err}") from None
+        raise ValueError(f"{key}: {err}") from None
 
 
 def _sample_number(rng: random.Random, digits: int) -> int:

@@ -51,6 +51,43 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
     return subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out
 
 
+def check_sizes(
+    cfg,
+    evaluation: list[Problem],
+    train: list[Problem] | None = None,
+    shifted: list[Problem] | None = None,
+) -> None:
+    """Before any work: the run's problems cover what ``cfg`` (a TrainConfig) asks of them.
+
+    The eval split must hold the ``min(task.num_eval, eval.num_problems)`` problems asked for
+    (fewer would be evaluated without a word), and each training set given (the task's, and
+    ``shifted``, the problems of ``task.shift.arithmetic``) at least ``rollout.num_prompts``
+    (a batch would repeat prompts). Each shortfall is a ValueError naming the keys and sizes."""
+    task = cfg.task
+    source = f"task.eval_name={task.eval_name}" if task.eval_name else f"task.name={task.name}"
+    wanted = min(task.num_eval, cfg.eval.num_problems)
+    if not evaluation:
+        raise ValueError(f"the eval split of {source} is empty: evaluation needs problems")
+    if len(evaluation) < wanted:
+        raise ValueError(
+            f"eval.num_problems={cfg.eval.num_problems} (task.num_eval={task.num_eval}) asks for "
+            f"more problems than the eval split of {source} holds ({len(evaluation)}): set "
+            f"eval.num_problems={len(evaluation)} or lower"
+        )
+    sets = [
+        (f"task.name={task.name} (task.num_train={task.num_train})", train),
+        (f"task.shift.arithmetic (from step {task.shift.get('step')})", shifted),
+    ]
+    num_prompts = cfg.rollout.num_prompts
+    for where, problems in sets:
+        if problems is not None and len(problems) < num_prompts:
+            raise ValueError(
+                f"rollout.num_prompts={num_prompts} is more than the {len(problems)} training "
+                f"problems of {where}: every batch would repeat prompts; set "
+                f"rollout.num_prompts={len(problems)} or lower"
+            )
+
+
 def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: int) -> int:
     """Warn, with the count, about prompts that leave fewer than ``max_new_tokens`` positions of
     the model's context (``context`` None: unknown, no check). Returns the count."""
@@ -74,5 +111,5 @@ def shifted_train_problems(task_cfg) -> list[Problem]:
     task ``task.shift.arithmetic``, subset to ``task.num_train`` like the original."""
     from rlkit.tasks.arithmetic import arithmetic_task
 
-    task = arithmetic_task(task_cfg.shift["arithmetic"])
+    task = arithmetic_task(task_cfg.shift["arithmetic"], "task.shift.arithmetic")
     return subset(task.problems("train"), task_cfg.num_train)

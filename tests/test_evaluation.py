@@ -1,0 +1,34 @@
+"""Maj@k judges the majority answer with the run's own reward, as Pass@1 does."""
+
+from __future__ import annotations
+
+import torch
+
+from rlkit.evaluation import majority_correct
+from rlkit.rewards import exact_match_reward
+
+
+def scored(groups: list[tuple[list[str], str]]) -> tuple[list[str], torch.Tensor]:
+    texts = [t for samples, _ in groups for t in samples]
+    rewards = torch.tensor(
+        [[exact_match_reward(t, answer) for t in samples] for samples, answer in groups]
+    )
+    return texts, rewards
+
+
+def test_a_majority_equal_in_value_to_the_reference_is_correct():
+    texts, rewards = scored(
+        [
+            (["The answer is 6/8", "The answer is 6/8", "The answer is 5"], "3/4"),
+            (["The answer is 12.0", "The answer is 12.0", "The answer is 12"], "12"),
+            (["The answer is 7", "The answer is 9", "The answer is 9"], "7"),
+        ]
+    )
+    assert majority_correct(texts, rewards).tolist() == [1.0, 1.0, 0.0]
+
+
+def test_ties_go_to_the_first_answer_seen():
+    texts, rewards = scored([(["The answer is 4", "The answer is 5"], "5")])
+    assert majority_correct(texts, rewards).tolist() == [0.0]
+    texts, rewards = scored([(["The answer is 5", "The answer is 4"], "5")])
+    assert majority_correct(texts, rewards).tolist() == [1.0]
