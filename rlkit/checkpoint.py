@@ -29,7 +29,15 @@ from pathlib import Path
 
 import torch
 
-from rlkit.rundir import CHECKPOINTS, confined
+from rlkit.config import TrainConfig
+from rlkit.rundir import (
+    CHECKPOINTS,
+    check_fresh,
+    check_resume_config,
+    check_run_files,
+    confined,
+    saved_config,
+)
 
 TRAINER_STATE = "trainer_state.pt"
 MANIFEST = "manifest.json"
@@ -188,3 +196,21 @@ def load_checkpoint(run_dir: Path) -> Checkpoint | None:
             )
         return checkpoint
     raise ValueError(f"no intact checkpoint in {checkpoint_dir(run_dir)}: {problems[0]}")
+
+
+def open_run(
+    run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool, read_only: bool
+) -> Checkpoint | None:
+    """The checks before a trainer uses ``run_dir``, and the checkpoint it resumes from (None for
+    a fresh run): a resumed run needs intact files, a checkpoint and (unless only evaluating)
+    the config it was saved with; a fresh one an empty directory unless ``overwrite``."""
+    if resume:
+        check_run_files(run_dir)
+    checkpoint = load_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:
+        raise ValueError(f"resume: no checkpoint in {run_dir / 'checkpoints'}")
+    if resume and not read_only:
+        check_resume_config(saved_config(run_dir), cfg)
+    if not resume and not read_only:
+        check_fresh(run_dir, overwrite)
+    return checkpoint

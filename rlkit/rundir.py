@@ -22,6 +22,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import yaml
+
 from rlkit.config import TrainConfig, from_dict, load_config, merge_overrides, read_yaml
 
 CHECKPOINTS = "checkpoints"
@@ -154,6 +156,23 @@ def _flatten(cfg: TrainConfig) -> dict:
         else:
             out[key] = value
     return out
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """The run's ``config.yaml``, replaced atomically (what ``saved_config`` reads back)."""
+    config_tmp = run_dir / f".{CONFIG}.tmp"
+    config_tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    config_tmp.replace(run_dir / CONFIG)
+
+
+def trained_model(run_dir: Path) -> str:
+    """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
+    messages ("unknown" when the file does not say)."""
+    try:
+        model = read_yaml(str(confined(run_dir, run_dir / CONFIG)))["model"]
+        return f"{model['name_or_path']} ({model.get('mode', 'full')})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "unknown"
 
 
 def saved_config(

@@ -18,19 +18,17 @@ phase is timed and hookable (``rlkit.phases``). Nothing imports this module's in
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from functools import partial
 from pathlib import Path
 
 import torch
-import yaml
 from tqdm.auto import tqdm
 
 from rlkit.batch import Groups, StepRecord, TrainBatch
-from rlkit.checkpoint import load_checkpoint, save_checkpoint
+from rlkit.checkpoint import open_run, save_checkpoint
 from rlkit.collect import Collector
-from rlkit.config import BUILTIN_MODEL, TrainConfig, read_yaml
+from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import Local
 from rlkit.evaluation import evaluate, sampled_pass_rates
 from rlkit.logprobs import PassPlan, PolicyForward
@@ -38,17 +36,7 @@ from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.phases import Phases
-from rlkit.rollout import NonFiniteScoresError
-from rlkit.rundir import (
-    CONFIG,
-    RunLock,
-    check_fresh,
-    check_resume_config,
-    check_run_files,
-    clear_run,
-    confined,
-    saved_config,
-)
+from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import rng_state, seed_everything, set_rng_state
 from rlkit.step_metrics import step_metrics
@@ -60,17 +48,7 @@ from rlkit.tasks.loader import (
     subset,
     warn_long_prompts,
 )
-from rlkit.update import NonFiniteError, PolicyUpdate
-
-
-def trained_model(run_dir: Path) -> str:
-    """``name_or_path (mode)`` of the model a run directory's ``config.yaml`` names, for
-    messages ("unknown" when the file does not say)."""
-    try:
-        model = read_yaml(str(confined(run_dir, run_dir / CONFIG)))["model"]
-        return f"{model['name_or_path']} ({model.get('mode', 'full')})"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return "unknown"
+from rlkit.update import PolicyUpdate
 
 
 def resolve_model_path(cfg: TrainConfig) -> str:
@@ -108,15 +86,7 @@ class Trainer:
 
     def setup(self, resume: bool, overwrite: bool) -> None:
         cfg = self.cfg
-        if resume:
-            check_run_files(self.run_dir)
-        checkpoint = load_checkpoint(self.run_dir) if resume else None
-        if resume and checkpoint is None:
-            raise ValueError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
-        if resume and not self.read_only:
-            check_resume_config(saved_config(self.run_dir), cfg)
-        if not resume and not self.read_only:
-            check_fresh(self.run_dir, overwrite)
+        checkpoint = open_run(self.run_dir, cfg, resume, overwrite, self.read_only)
         self.run_id = checkpoint.run_id if checkpoint else uuid.uuid4().hex
         seed_everything(cfg.seed)
         self.dist, self.phases = Local(), Phases()
@@ -172,9 +142,7 @@ class Trainer:
             return
         if not state:
             clear_run(self.run_dir)
-        config_tmp = self.run_dir / f".{CONFIG}.tmp"
-        config_tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        config_tmp.replace(self.run_dir / CONFIG)
+        write_config(self.run_dir, cfg)
         self.logger = MetricsLogger(
             self.run_dir, cfg.tensorboard, self.step_count if state else None
         )
@@ -207,24 +175,9 @@ class Trainer:
                 batch_size=self.cfg.eval.batch_size,
             )
 
-    @contextlib.contextmanager
     def finite_sampling(self):
-        """Turn sampling's non-finite scores (a broken policy: finite but huge weights can pass
-        the update's one-row check, ``PolicyUpdate.check_finite``) into a NonFiniteError naming
-        the step, raised before anything of this step is logged or saved."""
-        try:
-            yield
-        except NonFiniteScoresError as err:
-            done = self.step_count
-            raise NonFiniteError(
-                f"sampling after step {done} met {err}: "
-                + (
-                    "the starting policy is non-finite"
-                    if done == 0
-                    else "an optimizer step left the policy non-finite; lower optim.lr "
-                    f"(now {self.cfg.optim.lr:g}). The run's checkpoints are kept."
-                )
-            ) from None
+        """Sampling's non-finite scores as a NonFiniteError naming the step (``guard.sampling``)."""
+        return self.update.guard.sampling(self.step_count)
 
     @property
     def counters(self) -> dict[str, int]:

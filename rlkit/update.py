@@ -12,8 +12,9 @@ in a row stop the run (:class:`NonFiniteGuard`).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -26,6 +27,7 @@ from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, maske
 from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
+from rlkit.rollout import NonFiniteScoresError
 
 
 class NonFiniteError(RuntimeError):
@@ -83,6 +85,25 @@ class NonFiniteGuard:
                 f"{self.consecutive} consecutive optimizer steps had a non-finite loss "
                 f"or gradient (last loss {loss}, grad norm {grad_norm}); lower optim.lr or check the rewards"
             )
+
+    @contextlib.contextmanager
+    def sampling(self, step: int) -> Iterator[None]:
+        """Turn sampling's non-finite scores after ``step`` steps (a broken policy: finite but
+        huge weights can pass the update's one-row check, :meth:`PolicyUpdate.check_finite`)
+        into a NonFiniteError naming the step, raised before anything of the step is logged or
+        saved."""
+        try:
+            yield
+        except NonFiniteScoresError as err:
+            raise NonFiniteError(
+                f"sampling after step {step} met {err}: "
+                + (
+                    "the starting policy is non-finite"
+                    if step == 0
+                    else "an optimizer step left the policy non-finite; lower optim.lr "
+                    f"(now {self.lr:g}). The run's checkpoints are kept."
+                )
+            ) from None
 
     def check_logprobs(self, step: int, logp: torch.Tensor) -> None:
         if not torch.isfinite(logp).all():
