@@ -37,13 +37,10 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_the_kernel_not
 
 
 def show_warnings_plainly() -> None:
-    """Print warnings as ``warning: <category>: <message>``, without the source file and line
+    """Format warnings as ``warning: <category>: <message>``, without the source file and line
     (which name this machine's install path): for the ``rlkit`` commands and their worker
-    processes, not for library use, where Python's format stays."""
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        import sys
-
-        print(f"warning: {category.__name__}: {message}", file=file or sys.stderr)
-
-    warnings.showwarning = show
+    processes, not for library use, where Python's format stays. Only the text changes, so
+    filters and recording (``warnings.catch_warnings(record=True)``) work as before."""
+    warnings.formatwarning = lambda message, category, *args, **kwargs: (
+        f"warning: {category.__name__}: {message}\n"
+    )

@@ -8,18 +8,25 @@ input width to be a multiple of its 64-wide quantization block and its output a 
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import string
+import tempfile
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import configuration, settings
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from rlkit.models.tokenizer import build_char_tokenizer
 
-# No example database: hypothesis would otherwise write .hypothesis/ into the checkout.
+# Hypothesis keeps an example database and a cache of constants in ./.hypothesis: no database,
+# and its home in a temporary folder removed at exit, so the tests write nothing in the checkout.
 settings.register_profile("rlkit", database=None)
 settings.load_profile("rlkit")
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="rlkit-hypothesis-")
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
+configuration.set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 
 CHARACTERS = string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz"
 
