@@ -35,14 +35,14 @@ def git(*args: str) -> str:
     return out.stdout.strip()
 
 
-def recorded_commits() -> dict[str, list[str]]:
-    """Commit → the golden cases it last wrote (their reference code)."""
+def recorded_commits(names=NAMES) -> dict[str, list[str]]:
+    """Commit → the golden cases (of ``names``) it last wrote (their reference code)."""
     if git("rev-parse", "--is-shallow-repository") == "true":
         pytest.skip("golden reference: a shallow clone lacks the commits that wrote the goldens")
     if git("status", "--porcelain", "--", "*.jsonl", make_golden.FIXTURE):
         pytest.skip("golden reference: golden files with uncommitted changes; commit them first")
     commits: dict[str, list[str]] = {}
-    for name in NAMES:
+    for name in names:
         commit = git("log", "-1", "--format=%H", "--", f"{name}.jsonl")
         if not commit:
             pytest.skip(f"golden reference: {name}.jsonl was never committed")
@@ -50,10 +50,10 @@ def recorded_commits() -> dict[str, list[str]]:
     return commits
 
 
-def regenerate(work: Path) -> dict[str, str]:
+def regenerate(work: Path, names=NAMES) -> dict[str, str]:
     """Each case run by the code of the commit that last wrote its golden file, on this machine."""
     out, root = {}, git("rev-parse", "--show-toplevel")
-    for commit, names in recorded_commits().items():
+    for commit, cases in recorded_commits(names).items():
         source = work / commit[:12]
         source.mkdir()
         archive = subprocess.run(
@@ -68,11 +68,11 @@ def regenerate(work: Path) -> dict[str, str]:
         env = os.environ | {"PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
         script = source / "tests" / "golden" / "make_golden.py"
         ref = work / f"ref-{commit[:12]}"
-        args = [sys.executable, str(script), "--only", ",".join(names), "--out", str(ref)]
+        args = [sys.executable, str(script), "--only", ",".join(cases), "--out", str(ref)]
         run = subprocess.run(args, env=env, cwd=source, capture_output=True, text=True)
         if run.returncode != 0:
             pytest.fail(f"regenerating the goldens at {commit[:12]} failed:\n{run.stderr[-3000:]}")
-        out |= {name: (ref / f"{name}.jsonl").read_text() for name in names}
+        out |= {name: (ref / f"{name}.jsonl").read_text() for name in cases}
     return out
 
 
@@ -107,3 +107,11 @@ def test_the_fixture_resumes_into_the_uninterrupted_run():
     fixture = make_golden.cleaned(GOLDEN / make_golden.FIXTURE / "metrics.jsonl")
     resumed = (GOLDEN / "resume.jsonl").read_text()
     assert resumed.startswith(fixture) and len(fixture.splitlines()) == 2
+
+
+def test_the_reference_can_be_regenerated_from_history(tmp_path):
+    """The path another CPU takes: the recorded commit's code, run from git history, writes the
+    golden file again (here, on the recording machine, byte for byte the stored one)."""
+    if json.loads((GOLDEN / make_golden.FINGERPRINT).read_text()) != make_golden.fingerprint():
+        pytest.skip("another machine: test_golden_run_is_reproduced_byte_for_byte regenerates")
+    assert regenerate(tmp_path, ["grpo"]) == {"grpo": (GOLDEN / "grpo.jsonl").read_text()}
