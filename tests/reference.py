@@ -411,3 +411,45 @@ class JSPOPlusPlusReference:
             for row in r
         ]
         return np.array(adv), lam
+
+
+# ---------------------------------------------------------------------------------------------
+# §4b: EntropyMech, one token at a time
+
+
+def token_covariances(logp, adv, mask) -> dict[tuple[int, int], float]:
+    """cov_t = (A_t − mean A)(log π_t − mean log π) for every real token (b, t), means over the
+    real tokens; ``adv`` one value per row."""
+    tokens = [
+        (b, t) for b in range(len(mask)) for t in range(len(mask[b])) if float(mask[b][t]) > 0
+    ]
+    a_bar = mean([float(adv[b]) for b, _ in tokens])
+    l_bar = mean([float(logp[b][t]) for b, t in tokens])
+    return {(b, t): (float(adv[b]) - a_bar) * (float(logp[b][t]) - l_bar) for b, t in tokens}
+
+
+def clip_cov_candidates(logp, old_logp, adv, mask, eps_low, eps_high, lb, ub) -> list:
+    """Real tokens, row-major, with lb < cov < ub whose ratio was not clipped (A > 0 and
+    ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low)."""
+    cov = token_covariances(logp, adv, mask)
+    out = []
+    for (b, t), c in cov.items():
+        rho = math.exp(float(logp[b][t]) - float(old_logp[b][t]))
+        a = float(adv[b])
+        clipped = (a > 0 and rho > 1 + eps_high) or (a < 0 and rho < 1 - eps_low)
+        if lb < c < ub and not clipped:
+            out.append((b, t))
+    return out
+
+
+def kl_cov_tokens(logp, old_logp, adv, mask, ratio: float, coef: float) -> np.ndarray:
+    """−ρ·A on every token, + coef·|log π − log π_old| on the ⌊ratio·N⌋ (≥ 1) largest-cov ones."""
+    cov = token_covariances(logp, adv, mask)
+    count = max(1, int(len(cov) * ratio))
+    top = set(sorted(cov, key=lambda bt: -cov[bt])[:count])
+    out = np.zeros((len(logp), len(logp[0])))
+    for b in range(len(logp)):
+        for t in range(len(logp[0])):
+            d = float(logp[b][t]) - float(old_logp[b][t])
+            out[b, t] = -float(adv[b]) * math.exp(d) + (coef * abs(d) if (b, t) in top else 0.0)
+    return out
