@@ -11,6 +11,7 @@ same advantages. Arithmetic is done in float64 and the result is returned in the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -137,6 +138,12 @@ def centered(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
+def loo_group_baseline(rewards: torch.Tensor) -> torch.Tensor:
+    """mean_{j'≠j} r_ij' (RLOO's baseline), [P, G]; G ≥ 2."""
+    g = rewards.shape[1]
+    return (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
+
+
 def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.Tensor:
     """EBPO's batch normalisation over all P·G entries (docs/algorithms.md §2): ``whiten`` →
     (x − mean) / (std + eps) with the ddof = 1 std (as verl), ``center`` → x − mean, ``none``."""
@@ -152,16 +159,27 @@ def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.
 
 @register("grpo")
 class GRPO(AdvantageEstimator):
-    """A = (r − mean_p) / (std_p + eps)  (docs/algorithms.md §1; std with ``std_ddof``, TRL's eps = 1e-4)."""
+    """A = (r − mean_p) / (std + eps)  (docs/algorithms.md §1; std with ``std_ddof``, TRL's eps = 1e-4).
 
-    def __init__(self, std_ddof: int = 1, eps: float = 1e-4):
+    ``scale_rewards`` as TRL's: ``group`` divides by each group's std, ``batch`` by one std over
+    all P·G rewards (TRL's ``scale_rewards="batch"``; the baseline stays the group mean).
+    """
+
+    def __init__(self, std_ddof: int = 1, eps: float = 1e-4, scale_rewards: str = "group"):
         if std_ddof not in (0, 1):
             raise ValueError(f"std_ddof must be 0 or 1, got {std_ddof}")
         if eps <= 0:
             raise ValueError(f"eps must be positive, got {eps}")
-        self.std_ddof, self.eps = std_ddof, eps
+        if scale_rewards not in ("group", "batch"):
+            raise ValueError(
+                f"unknown GRPO scale_rewards {scale_rewards!r}; known: 'group', 'batch'"
+            )
+        self.std_ddof, self.eps, self.scale_rewards = std_ddof, eps, scale_rewards
 
     def compute(self, rewards, cluster_ids):
+        if self.scale_rewards == "batch":
+            std = group_std(rewards.reshape(-1), dim=0, ddof=self.std_ddof)
+            return centered(rewards) / (std + self.eps), {"batch_std": std}
         std = group_std(rewards, dim=1, ddof=self.std_ddof)
         return centered(rewards) / (std.unsqueeze(1) + self.eps), {}
 
@@ -182,8 +200,7 @@ class RLOO(AdvantageEstimator):
         g = rewards.shape[1]
         if g == 1:
             return torch.zeros_like(rewards), {}
-        loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
-        return rewards - loo_mean, {}
+        return rewards - loo_group_baseline(rewards), {}
 
 
 @register("agpo")
@@ -311,3 +328,153 @@ class EBPO(AdvantageEstimator):
         self.reward_moments.load_state_dict(state["reward_moments"])
         self.group_mean_moments.load_state_dict(state["group_mean_moments"])
         self.cluster_slots = {int(k): int(v) for k, v in state["cluster_slots"].items()}
+
+
+JSPO_SHRINKAGE = ("published", "james_stein")
+# wandb's time-weighted EMA (JSPO-Official's ``wandb_tw_ema``): point i is kept with weight
+# w ** (VIEWPORT / (i − 1)), w = min(sqrt(coef), 0.999).
+WANDB_VIEWPORT = 1642.65
+
+
+def jspo_lambda(
+    v: torch.Tensor, s: torch.Tensor, num_means: int, rule: str, eps: float
+) -> torch.Tensor:
+    """JSPO's shrinkage coefficient toward the mean of ``num_means`` prompt means, from their mean
+    variance ``v`` = mean Var_unbiased(r_k)/G and their spread ``s`` = mean (μ̂_k − μ̄)².
+
+    ``published``: v / (v + s + eps) (JSPO-Official). ``james_stein``: the classical positive-part
+    plug-in min(1, (k − 3)·v / (k·s)) with k = ``num_means`` (Efron–Morris, shrinking toward the
+    estimated mean; 0 for k ≤ 3, 1 where s = 0 < k − 3): s estimates the true spread *plus* v, so the
+    published rule tends to ½ where the prompts are alike, this one to 1.
+    """
+    if rule == "published":
+        return v / (v + s + eps)
+    factor = max(num_means - 3, 0) / max(num_means, 1)
+    if factor == 0:
+        return torch.zeros_like(v)
+    ratio = torch.where(s > 0, factor * v / s.clamp_min(torch.finfo(s.dtype).tiny), 1.0)
+    return ratio.clamp(0.0, 1.0)
+
+
+class JSPOBase(AdvantageEstimator):
+    """Shared options and checks of ``jspo`` and ``jspo_plus_plus`` (docs/algorithms.md §2b)."""
+
+    def __init__(self, shrinkage: str = "published", eps: float | None = None):
+        if shrinkage not in JSPO_SHRINKAGE:
+            raise ValueError(
+                f"unknown JSPO shrinkage {shrinkage!r}; known: {', '.join(map(repr, JSPO_SHRINKAGE))}"
+            )
+        if eps is not None and shrinkage != "published":
+            raise ValueError(f"eps={eps} is used only by shrinkage='published'; leave it out")
+        eps = 1e-6 if eps is None else eps  # JSPO-Official's epsilon
+        if eps < 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        self.shrinkage, self.eps = shrinkage, eps
+
+    def metrics(self, result: AdvantageResult) -> dict:
+        # JSPO-Official's names (ray_trainer: the mean over samples; groups have equal size)
+        d = result.diagnostics
+        return {
+            "trace/js_lambda": d["shrinkage"].mean(),
+            "trace/v_square": d["v_square"].mean(),
+            "trace/s_square": d["s_square"].mean(),
+        }
+
+
+@register("jspo")
+class JSPO(JSPOBase):
+    """James-Stein shrinkage of the leave-one-out baseline (JSPO, arXiv 2511.03710; its code's
+    ``compute_jspo_outcome_advantage``; docs/algorithms.md §2b)::
+
+        b_ij = (1 − λ_i)·mean_{j'≠j} r_ij' + λ_i·mean_{k≠i} μ̂_k,   A_ij = r_ij − b_ij
+        λ_i  = v_i / (v_i + s_i + eps)
+        v_i  = mean_{k≠i} Var_unbiased(r_k)/G,   s_i = mean_{k≠i} (μ̂_k − mean_{k'≠i} μ̂_k')²
+
+    Every statistic of prompt i leaves prompt i out, so b_ij does not depend on r_ij and the
+    gradient stays unbiased; no std normalisation. Vectorised in O(P·G) (the published code loops
+    over samples). A batch of one prompt has no other prompts: λ = 0, RLOO (the published code
+    returns NaN there); G = 1 gives A = 0 (the published code asserts G ≥ 2).
+    """
+
+    def compute(self, rewards, cluster_ids):
+        num_prompts, g = rewards.shape
+        zeros = torch.zeros(num_prompts, dtype=rewards.dtype)
+        if g == 1:
+            d = {"shrinkage": zeros, "v_square": zeros, "s_square": zeros}
+            return torch.zeros_like(rewards), d
+        mu = rewards.mean(dim=1)
+        var_of_mean = rewards.var(dim=1, correction=1) / g
+        if num_prompts == 1:
+            lam, v, s, others_mean = zeros, zeros, zeros, mu
+        else:
+            k = num_prompts - 1
+            others_mean = (mu.sum() - mu) / k
+            v = (var_of_mean.sum() - var_of_mean) / k
+            # Σ_{k≠i}(μ̂_k − m_i)² = Σ_{k≠i}(μ̂_k − c)² − k·(m_i − c)², centred at c for precision
+            d = mu - mu.mean()
+            s = (((d * d).sum() - d * d) / k - (others_mean - mu.mean()) ** 2).clamp_min(0.0)
+            lam = jspo_lambda(v, s, k, self.shrinkage, self.eps)
+        lam_ = lam.unsqueeze(1)
+        baseline = (1 - lam_) * loo_group_baseline(rewards) + lam_ * others_mean.unsqueeze(1)
+        return rewards - baseline, {"shrinkage": lam, "v_square": v, "s_square": s}
+
+
+@register("jspo_plus_plus")
+class JSPOPlusPlus(JSPOBase):
+    """JSPO++ (JSPO-Official's ``compute_jspo_plus_plus_outcome_advantage``; docs/algorithms.md §2b):
+    one batch-wide λ = v / (v + s + eps) with v = mean_k Var_unbiased(r_k)/G and
+    s = mean_k (μ̂_k − r̄)², r̄ the batch mean (prompt i included), and
+    b_ij = (1 − λ)·mean_{j'≠j} r_ij' + λ·r̄.
+
+    With ``smooth_coef`` > 0 (the authors' run_math.sh: 0.99; their default 0.0), λ and r̄ are
+    replaced by wandb's time-weighted EMA of every step's values so far (``wandb_tw_ema``),
+    kept as running sums in :meth:`state_dict` so a resumed run continues identically.
+    """
+
+    def __init__(
+        self, shrinkage: str = "published", eps: float | None = None, smooth_coef: float = 0.0
+    ):
+        super().__init__(shrinkage, eps)
+        if not 0.0 <= smooth_coef < 1.0:
+            raise ValueError(f"smooth_coef must be in [0, 1), got {smooth_coef}")
+        self.smooth_coef = float(smooth_coef)
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps = 0
+        self.sums = {"lambda": 0.0, "batch_mean": 0.0, "weight": 0.0}
+
+    def smooth(self, current_lambda: float, batch_mean: float) -> tuple[float, float]:
+        """Add this step to the EMA and return the smoothed (λ, r̄)."""
+        self.steps += 1
+        w = min(math.sqrt(self.smooth_coef), 0.999)
+        keep = 1.0 if self.steps == 1 else w ** (WANDB_VIEWPORT / (self.steps - 1))
+        for key, y in (("lambda", current_lambda), ("batch_mean", batch_mean), ("weight", 1.0)):
+            self.sums[key] = self.sums[key] * keep + y
+        return self.sums["lambda"] / self.sums["weight"], self.sums["batch_mean"] / self.sums[
+            "weight"
+        ]
+
+    def compute(self, rewards, cluster_ids):
+        num_prompts, g = rewards.shape
+        mu = rewards.mean(dim=1)
+        batch_mean = rewards.mean()
+        v = (rewards.var(dim=1, correction=1) / g).mean() if g > 1 else batch_mean * 0
+        s = ((mu - batch_mean) ** 2).mean()
+        lam = jspo_lambda(v, s, num_prompts, self.shrinkage, self.eps)
+        if self.smooth_coef > 0:
+            smoothed = self.smooth(float(lam), float(batch_mean))
+            lam, batch_mean = (torch.tensor(x, dtype=rewards.dtype) for x in smoothed)
+        full = torch.full((num_prompts,), 1.0, dtype=rewards.dtype)
+        d = {"shrinkage": lam * full, "v_square": v * full, "s_square": s * full}
+        if g == 1:
+            return torch.zeros_like(rewards), d
+        baseline = (1 - lam) * loo_group_baseline(rewards) + lam * batch_mean
+        return rewards - baseline, d
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "sums": dict(self.sums)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = int(state["steps"])
+        self.sums = {k: float(v) for k, v in state["sums"].items()}

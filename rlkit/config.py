@@ -23,7 +23,7 @@ import yaml
 
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
-from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
+from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
 
@@ -211,8 +211,27 @@ class LossConfig:
     kl_estimator: str = "k3"
     loss_agg: str = "token-mean"
     ratio_temperature: str | float = "sampling"  # "sampling" (default) or 1.0 (AGPO's code)
+    # EntropyMech (docs/algorithms.md §4b; verl's names): vanilla | clip_cov | kl_cov, and the
+    # authors' 7B settings (Clip-Cov: ratio 2e-4, bounds 1 and 5; KL-Cov: k = 2e-3, coef 1)
+    loss_mode: str = "vanilla"
+    clip_cov_ratio: float = 2e-4
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 2e-3
+    ppo_kl_coef: float = 1.0
 
     def __post_init__(self):
+        _choice("loss.loss_mode", self.loss_mode, LOSS_MODES)
+        for key in ("clip_cov_ratio", "kl_cov_ratio"):
+            value = getattr(self, key)
+            if not 0 < value <= 1:
+                raise ValueError(f"loss.{key} must be in (0, 1], got {value!r}")
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError(
+                f"loss.clip_cov_lb ({self.clip_cov_lb!r}) must be < loss.clip_cov_ub "
+                f"({self.clip_cov_ub!r})"
+            )
+        _positive("loss.ppo_kl_coef", self.ppo_kl_coef, strict=False)
         _positive("loss.eps_low", self.eps_low, strict=False)
         if self.eps_low >= 1:
             raise ValueError(
@@ -573,6 +592,11 @@ def check_combination(cfg: TrainConfig) -> None:
                 f"rollout.group_size={cfg.rollout.group_size} with {reason}: a group needs "
                 f"at least {minimum} completions (a single one has no group baseline: A = 0)"
             )
+    if cfg.loss.loss_mode == "kl_cov" and cfg.agpo.enabled and cfg.agpo.adaptive_clip:
+        raise ValueError(
+            "loss.loss_mode=kl_cov with agpo.enabled=true and agpo.adaptive_clip=true: KL-Cov's "
+            "surrogate has no ratio clip for AGPO's ε to set; set agpo.adaptive_clip=false"
+        )
     if cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing:
         raise ValueError(
             "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
@@ -602,7 +626,32 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
     one asked for. Every rule is a row here (docs/algorithms.md §4)."""
     agpo, ro, task, model = cfg.agpo, cfg.rollout, cfg.task, cfg.model
     estimator = cfg.algo.estimator
+    mode = cfg.loss.loss_mode
     rules = [  # (section key, section, fields, ignored?, because, what to do)
+        (
+            "loss",
+            cfg.loss,
+            ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
+            mode != "clip_cov",
+            f"loss.loss_mode={mode}: only Clip-Cov reads them",
+            "set loss.loss_mode=clip_cov or leave them at their defaults",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("kl_cov_ratio", "ppo_kl_coef"),
+            mode != "kl_cov",
+            f"loss.loss_mode={mode}: only KL-Cov reads them",
+            "set loss.loss_mode=kl_cov or leave them at their defaults",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("eps_low", "eps_high", "dual_clip"),
+            mode == "kl_cov",
+            "loss.loss_mode=kl_cov: KL-Cov's surrogate −ρ·A is not clipped (verl's kl_cov)",
+            "use loss.loss_mode=clip_cov or vanilla for a clipped surrogate, or leave them out",
+        ),
         (
             "loss",
             cfg.loss,

@@ -363,8 +363,9 @@ def inactive_clips(cfg: TrainConfig, adaptive_clip: bool) -> list[str]:
     """The clip settings the user chose that cannot change training (docs/algorithms.md §4).
 
     With one update epoch over one mini-batch the only update happens at π_θ = π_old, where the
-    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip and AGPO's
-    adaptive clip; the default symmetric ε is left out, since nothing was asked of it."""
+    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip, AGPO's
+    adaptive clip and KL-Cov's penalty (0 at ρ = 1); the default symmetric ε is left out, since
+    nothing was asked of it."""
     rows = cfg.rollout.num_prompts * cfg.rollout.group_size
     if cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
         return []
@@ -375,4 +376,6 @@ def inactive_clips(cfg: TrainConfig, adaptive_clip: bool) -> list[str]:
         clips.append(f"loss.dual_clip={loss.dual_clip:g}")
     if adaptive_clip:
         clips.append("agpo.adaptive_clip=true")
+    if loss.loss_mode == "kl_cov":  # |log π_θ − log π_old| is 0 there, with gradient 0 (§4b)
+        clips.append("loss.loss_mode=kl_cov")
     return clips

@@ -128,3 +128,124 @@ def aggregate_loss(
             raise ValueError(f"max_len must be positive, got {norm}")
         return ((loss * mask).sum(-1) / norm).mean()
     raise ValueError(f"unknown loss aggregation {mode!r}; known: {list(LOSS_AGGREGATIONS)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# EntropyMech (arXiv 2505.22617): Clip-Cov and KL-Cov (docs/algorithms.md §4b)
+
+LOSS_MODES = ("vanilla", "clip_cov", "kl_cov")  # verl's policy_loss.loss_mode names
+
+
+def token_covariance(
+    advantages: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """cov_t = (A_t − mean A)·(log π_t − mean log π), both means over the real tokens, detached;
+    −inf at padding (never selected). ``advantages`` [B] or [B, T]."""
+    adv = _per_row(advantages, logp).expand_as(logp).detach()
+    logp = logp.detach()
+    cov = (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+    return cov.masked_fill(~mask.bool(), -torch.inf)
+
+
+def clip_cov(
+    loss: torch.Tensor,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: torch.Tensor | float,
+    eps_high: torch.Tensor | float,
+    mask: torch.Tensor,
+    ratio: float = 2e-4,
+    lb: float = 1.0,
+    ub: float = 5.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clip-Cov (verl's ``compute_policy_loss_clip_cov``): the per-token surrogate ``loss`` with the
+    policy-gradient term of max(1, ⌊ratio·N⌋) tokens set to 0, drawn uniformly (``torch.randperm``
+    on the global torch RNG, as verl) among the N real tokens with lb < cov_t < ub that the ratio
+    clip did not already clip. Returns the loss and the fraction of real tokens zeroed (verl's
+    ``actor/pg_clipfrac`` under clip_cov)."""
+    adv = _per_row(advantages, logp)
+    ratio_t = torch.exp(logp - old_logp)
+    eps_low, eps_high = _per_row(eps_low, logp), _per_row(eps_high, logp)
+    clipped = (
+        -adv * ratio_t.clamp(1 - eps_low, 1 + eps_high) > -adv * ratio_t
+    )  # verl's clip_by_origin
+    cov = token_covariance(advantages, logp, mask).masked_fill(clipped, -torch.inf)
+    count = max(int(ratio * mask.sum().item()), 1)
+    candidates = torch.nonzero((cov > lb) & (cov < ub) & mask.bool())
+    chosen = candidates[torch.randperm(len(candidates))[:count]] if len(candidates) else candidates
+    keep = torch.ones_like(loss)
+    keep[chosen[:, 0], chosen[:, 1]] = 0
+    return loss * keep, masked_mean((keep == 0).to(loss.dtype), mask)
+
+
+def kl_cov(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ratio: float = 2e-3,
+    coef: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL-Cov (verl's ``compute_policy_loss_kl_cov``): the unclipped −ρ_t·A_t on every token, plus
+    ``coef``·|log π_θ − log π_old| on the max(1, ⌊ratio·N⌋) real tokens of largest cov_t. Returns
+    the per-token loss and mean |log π_θ − log π_old| over the real tokens (verl's
+    ``actor/ppo_kl`` under kl_cov)."""
+    adv = _per_row(advantages, logp)
+    log_ratio = logp - old_logp
+    loss = -adv * torch.exp(log_ratio)
+    cov = token_covariance(advantages, logp, mask).reshape(-1)
+    count = max(1, int(mask.sum().item() * ratio))
+    top = torch.topk(cov, min(count, int(mask.sum().item())), largest=True).indices
+    penalty = torch.zeros_like(loss).reshape(-1)
+    penalty[top] = 1.0
+    loss = loss + coef * log_ratio.abs() * penalty.reshape(loss.shape)
+    return loss, masked_mean(log_ratio.abs().detach(), mask)
+
+
+ENTROPY_MECH_METRICS = {
+    "vanilla": (),
+    "clip_cov": ("clip_cov/pg_clipfrac",),
+    "kl_cov": ("kl_cov/ppo_kl",),
+}
+
+
+def entropy_mech(
+    loss_cfg,
+    loss: torch.Tensor,
+    clipped: ClipStats,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: torch.Tensor | float,
+    eps_high: torch.Tensor | float,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, ClipStats, dict[str, torch.Tensor]]:
+    """The clipped surrogate ``loss`` (and its ``clipped`` stats) under ``loss_cfg.loss_mode``:
+    unchanged (``vanilla``), Clip-Cov or KL-Cov (whose surrogate is unclipped: its clip stats are
+    0), with the mode's metrics (:data:`ENTROPY_MECH_METRICS`). Statistics such as the mean
+    log-prob and N are those of the micro-batch, as in verl."""
+    mode = loss_cfg.loss_mode
+    if mode == "vanilla":
+        return loss, clipped, {}
+    if mode == "clip_cov":
+        loss, frac = clip_cov(
+            loss,
+            logp,
+            old_logp,
+            advantages,
+            eps_low,
+            eps_high,
+            mask,
+            loss_cfg.clip_cov_ratio,
+            loss_cfg.clip_cov_lb,
+            loss_cfg.clip_cov_ub,
+        )
+        return loss, clipped, {"clip_cov/pg_clipfrac": frac}
+    if mode == "kl_cov":
+        loss, kl = kl_cov(
+            logp, old_logp, advantages, mask, loss_cfg.kl_cov_ratio, loss_cfg.ppo_kl_coef
+        )
+        zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        return loss, ClipStats(zero, zero, zero, zero), {"kl_cov/ppo_kl": kl}
+    raise ValueError(f"unknown loss.loss_mode {mode!r}; known: {list(LOSS_MODES)}")

@@ -23,7 +23,14 @@ from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
 from rlkit.config import TrainConfig
 from rlkit.dist import Collective
 from rlkit.logprobs import PassPlan, PolicyForward
-from rlkit.losses import aggregate_loss, clipped_surrogate, kl_divergence, masked_mean
+from rlkit.losses import (
+    ENTROPY_MECH_METRICS,
+    aggregate_loss,
+    clipped_surrogate,
+    entropy_mech,
+    kl_divergence,
+    masked_mean,
+)
 from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
@@ -172,6 +179,7 @@ class PolicyUpdate:
         eps = None if on_policy and clip.needs_entropy else self.radii(batch, clip, old)
         params = self.policy.trainable_parameters()
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
+        keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
         means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
         self.policy.model.train()
         with self.phases("train"):
@@ -197,14 +205,26 @@ class PolicyUpdate:
                         ):  # on-policy, entropy-dependent ε: this forward had every row
                             eps = self.radii(batch, clip, old)
                         m = sub.rollouts.completion_mask
+                        old_logp = old.logp[idx] if on_policy else sub.old.logp
                         loss_tok, clipped = clipped_surrogate(
                             logp,
-                            old.logp[idx] if on_policy else sub.old.logp,
+                            old_logp,
                             sub.advantages,
                             eps[0][idx],
                             eps[1][idx],
                             m,
                             cfg.loss.dual_clip,
+                        )
+                        loss_tok, clipped, cov = entropy_mech(  # Clip-Cov / KL-Cov, if set
+                            cfg.loss,
+                            loss_tok,
+                            clipped,
+                            logp,
+                            old_logp,
+                            sub.advantages,
+                            eps[0][idx],
+                            eps[1][idx],
+                            m,
                         )
                         kl = None
                         if sub.ref_logp is not None:
@@ -224,7 +244,7 @@ class PolicyUpdate:
                         )
                         loss.backward()
                         loss_total += loss.item()
-                        parts.append((weight, clipped, kl))
+                        parts.append((weight, clipped, kl, cov))
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
                     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
                         self.optimizer.zero_grad(set_to_none=True)
@@ -240,8 +260,10 @@ class PolicyUpdate:
                     means.steps += 1
                     means.add("loss", loss_total)
                     means.add("grad_norm", float(grad_norm))
-                    for weight, clipped, kl in parts:
+                    for weight, clipped, kl, cov in parts:
                         w = float(weight)
+                        for key, value in cov.items():
+                            means.add(key, w * float(value))
                         if kl is not None:
                             means.add("kl", w * float(kl))
                         means.add("clip_ratio/low_mean", w * float(clipped.low))

@@ -92,6 +92,14 @@ def grpo(rewards, std_ddof: int = 1, eps: float = 1e-4) -> np.ndarray:
     )
 
 
+def grpo_batch_std(rewards, std_ddof: int = 1, eps: float = 1e-4) -> np.ndarray:
+    """A = (r − mean_p) / (std over all P·G rewards + eps) (TRL's scale_rewards="batch")."""
+    flat = [v for row in rows(rewards) for v in row]
+    return np.array(
+        [[(v - mean(row)) / (std(flat, std_ddof) + eps) for v in row] for row in rows(rewards)]
+    )
+
+
 def dr_grpo(rewards) -> np.ndarray:
     """A = r − mean_p."""
     return np.array([[v - mean(row) for v in row] for row in rows(rewards)])
@@ -320,3 +328,128 @@ def overlong_penalty(length: float, max_length: int, buffer: int, factor: float 
     if length <= max_length:
         return factor * ((max_length - buffer) - length) / buffer
     return -factor
+
+
+# ---------------------------------------------------------------------------------------------
+# §2b: JSPO, one prompt and one sample at a time
+
+
+def jspo_lambda(v: float, s: float, k: int, rule: str, eps: float = 1e-6) -> float:
+    """published: v / (v + s + eps); james_stein: min(1, max(0, (k − 3)·v / Σ_k (μ̂ − μ̄)²)),
+    with Σ = k·s (1 where that sum is 0 and k > 3)."""
+    if rule == "published":
+        return v / (v + s + eps)
+    if k <= 3:
+        return 0.0
+    if s == 0:
+        return 1.0
+    return min(1.0, (k - 3) * v / (k * s))
+
+
+def jspo(rewards, rule: str = "published", eps: float = 1e-6) -> tuple[np.ndarray, list[float]]:
+    """JSPO's advantages and λ per prompt: for sample j of prompt i, the statistics of the other
+    prompts k ≠ i only; one prompt → λ = 0 (RLOO); G = 1 → A = 0."""
+    r = rows(rewards)
+    n, g = len(r), len(r[0])
+    if g == 1:
+        return np.zeros((n, 1)), [0.0] * n
+    adv, lams = [], []
+    for i in range(n):
+        others = [r[k] for k in range(n) if k != i]
+        if others:
+            means = [mean(row) for row in others]
+            m_bar = mean(means)
+            v = mean([std(row) ** 2 / g for row in others])
+            s = mean([(x - m_bar) ** 2 for x in means])
+            lam = jspo_lambda(v, s, len(others), rule, eps)
+        else:
+            lam, m_bar = 0.0, 0.0
+        lams.append(lam)
+        adv.append(
+            [
+                r[i][j] - ((1 - lam) * (sum(r[i]) - r[i][j]) / (g - 1) + lam * m_bar)
+                for j in range(g)
+            ]
+        )
+    return np.array(adv), lams
+
+
+class JSPOPlusPlusReference:
+    """JSPO++ with the published smoothing written as its definition: the whole history of λ and
+    r̄ re-weighted each step (wandb's time-weighted EMA, point i of n weighted by the product of
+    w^(1642.65/(l − 1)) over l = i + 1 … n, w = min(√coef, 0.999))."""
+
+    def __init__(self, smooth_coef: float = 0.0, rule: str = "published", eps: float = 1e-6):
+        self.coef, self.rule, self.eps = smooth_coef, rule, eps
+        self.history: list[tuple[float, float]] = []
+
+    def ema(self, values: list[float]) -> float:
+        w = min(math.sqrt(self.coef), 0.999)
+        n = len(values)
+        weights = [
+            math.prod(w ** (1642.65 / (t - 1)) for t in range(i + 1, n + 1))
+            for i in range(1, n + 1)
+        ]
+        return sum(a * b for a, b in zip(weights, values)) / sum(weights)
+
+    def __call__(self, rewards) -> tuple[np.ndarray, float]:
+        r = rows(rewards)
+        n, g = len(r), len(r[0])
+        flat = [v for row in r for v in row]
+        r_bar = mean(flat)
+        v = mean([std(row) ** 2 / g for row in r])
+        s = mean([(mean(row) - r_bar) ** 2 for row in r])
+        lam = jspo_lambda(v, s, n, self.rule, self.eps)
+        self.history.append((lam, r_bar))
+        if self.coef > 0:
+            lam = self.ema([h[0] for h in self.history])
+            r_bar = self.ema([h[1] for h in self.history])
+        if g == 1:
+            return np.zeros((n, 1)), lam
+        adv = [
+            [row[j] - ((1 - lam) * (sum(row) - row[j]) / (g - 1) + lam * r_bar) for j in range(g)]
+            for row in r
+        ]
+        return np.array(adv), lam
+
+
+# ---------------------------------------------------------------------------------------------
+# §4b: EntropyMech, one token at a time
+
+
+def token_covariances(logp, adv, mask) -> dict[tuple[int, int], float]:
+    """cov_t = (A_t − mean A)(log π_t − mean log π) for every real token (b, t), means over the
+    real tokens; ``adv`` one value per row."""
+    tokens = [
+        (b, t) for b in range(len(mask)) for t in range(len(mask[b])) if float(mask[b][t]) > 0
+    ]
+    a_bar = mean([float(adv[b]) for b, _ in tokens])
+    l_bar = mean([float(logp[b][t]) for b, t in tokens])
+    return {(b, t): (float(adv[b]) - a_bar) * (float(logp[b][t]) - l_bar) for b, t in tokens}
+
+
+def clip_cov_candidates(logp, old_logp, adv, mask, eps_low, eps_high, lb, ub) -> list:
+    """Real tokens, row-major, with lb < cov < ub whose ratio was not clipped (A > 0 and
+    ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low)."""
+    cov = token_covariances(logp, adv, mask)
+    out = []
+    for (b, t), c in cov.items():
+        rho = math.exp(float(logp[b][t]) - float(old_logp[b][t]))
+        a = float(adv[b])
+        clipped = (a > 0 and rho > 1 + eps_high) or (a < 0 and rho < 1 - eps_low)
+        if lb < c < ub and not clipped:
+            out.append((b, t))
+    return out
+
+
+def kl_cov_tokens(logp, old_logp, adv, mask, ratio: float, coef: float) -> np.ndarray:
+    """−ρ·A on every token, + coef·|log π − log π_old| on the ⌊ratio·N⌋ (≥ 1) largest-cov ones."""
+    cov = token_covariances(logp, adv, mask)
+    count = max(1, int(len(cov) * ratio))
+    top = set(sorted(cov, key=lambda bt: -cov[bt])[:count])
+    out = np.zeros((len(logp), len(logp[0])))
+    for b in range(len(logp)):
+        for t in range(len(logp[0])):
+            d = float(logp[b][t]) - float(old_logp[b][t])
+            out[b, t] = -float(adv[b]) * math.exp(d) + (coef * abs(d) if (b, t) in top else 0.0)
+    return out

@@ -40,7 +40,7 @@ def seed_of(shape, kind) -> int:
 
 
 def test_registry_holds_every_spec_estimator():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "ebpo", "agpo"}
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "ebpo", "agpo", "jspo", "jspo_plus_plus"}
     for name in ESTIMATORS:
         assert get_estimator(name).name == name
 
@@ -67,6 +67,16 @@ def test_grpo_hand_example():
     assert_close(get_estimator("grpo", std_ddof=0)(r[:1]).advantages, [[a0, -a0, -a0, a0]])
     a1 = 0.5 / (math.sqrt(1 / 3) + 0.1)
     assert_close(get_estimator("grpo", eps=0.1)(r[:1]).advantages, [[a1, -a1, -a1, a1]])
+
+
+def test_grpo_batch_std_hand_example():
+    # TRL's scale_rewards="batch": group-mean baseline, one std over all 8 rewards
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    out = get_estimator("grpo", scale_rewards="batch")(r)
+    std = math.sqrt((5 * (1 - 0.625) ** 2 + 3 * 0.625**2) / 7)
+    assert_close(out.advantages[0], [0.75 / (std + 1e-4)] + [-0.25 / (std + 1e-4)] * 3)
+    assert out.advantages[1].abs().max().item() == 0.0
+    assert out.diagnostics["batch_std"].item() == pytest.approx(std, rel=1e-6)
 
 
 def test_dr_grpo_and_rloo_hand_examples():
@@ -138,6 +148,8 @@ def test_ebpo_constant_batch_gets_full_shrinkage_and_zero_advantage():
 STATELESS = [
     ("grpo", {}, lambda r: ref.grpo(r)),
     ("grpo", {"std_ddof": 0, "eps": 1e-3}, lambda r: ref.grpo(r, std_ddof=0, eps=1e-3)),
+    ("grpo", {"scale_rewards": "batch"}, lambda r: ref.grpo_batch_std(r)),
+    ("grpo", {"scale_rewards": "batch", "std_ddof": 0}, lambda r: ref.grpo_batch_std(r, 0)),
     ("dr_grpo", {}, ref.dr_grpo),
     ("rloo", {}, ref.rloo),
     ("agpo", {"dispersion": "std"}, lambda r: ref.agpo(r, "std")),
@@ -334,12 +346,19 @@ def test_ebpo_shrinkage_lies_in_unit_interval_and_raw_identity_holds():
 # robustness: no NaN / inf whatever the rewards
 
 
-CONFIGS = [(name, options) for name, options, _ in STATELESS] + [
-    ("ebpo", {"prior": prior, "whitening": w, "prior_decay": decay, "min_cluster_count": 2})
-    for prior in ("history", "batch")
-    for w in ("whiten", "center", "none")
-    for decay in (1.0, 0.5)
-]
+CONFIGS = (
+    [(name, options) for name, options, _ in STATELESS]
+    + [
+        ("ebpo", {"prior": prior, "whitening": w, "prior_decay": decay, "min_cluster_count": 2})
+        for prior in ("history", "batch")
+        for w in ("whiten", "center", "none")
+        for decay in (1.0, 0.5)
+    ]
+    + [("jspo", {"shrinkage": rule}) for rule in ("published", "james_stein")]
+    + [("jspo_plus_plus", {"smooth_coef": coef}) for coef in (0.0, 0.99)]
+)
+# shrinkage baselines: a constant group's baseline may differ from its mean
+SHRINKING = ("ebpo", "jspo", "jspo_plus_plus")
 
 
 @st.composite
@@ -401,7 +420,7 @@ def test_edge_cases_are_finite_and_constant_groups_get_zero(name, options, r):
     out = get_estimator(name, **options)(r)
     assert_finite(out, r)
     constant = r.amax(1) == r.amin(1)
-    if name != "ebpo" and constant.any():  # EBPO's shrinkage baseline may be ≠ the group mean
+    if name not in SHRINKING and constant.any():
         assert out.advantages[constant].abs().max().item() == 0.0
 
 
@@ -462,7 +481,7 @@ def test_identical_inputs_give_identical_outputs_on_every_rank(name, options):
 
 
 def test_stateless_estimators_have_empty_state():
-    for name in ("grpo", "dr_grpo", "rloo", "agpo"):
+    for name in ("grpo", "dr_grpo", "rloo", "agpo", "jspo"):
         est = get_estimator(name)
         assert est.state_dict() == {}
         est.load_state_dict({})
@@ -506,6 +525,7 @@ def test_bad_cluster_ids_raise_clear_errors():
     [
         ("grpo", {"std_ddof": 2}, "std_ddof"),
         ("grpo", {"eps": 0.0}, "eps"),
+        ("grpo", {"scale_rewards": "global"}, "unknown GRPO scale_rewards 'global'"),
         ("agpo", {"dispersion": "range"}, "unknown dispersion 'range'"),
         ("ebpo", {"prior": "global"}, "unknown EBPO prior 'global'"),
         ("ebpo", {"whitening": "zscore"}, "unknown EBPO whitening 'zscore'"),

@@ -145,6 +145,9 @@ def test_shared_prompt_forward_refuses_gradient_checkpointing():
         (["loss.dual_clip=3", "optim.mini_batch_size=256"], ["loss.dual_clip=3"]),  # all rows
         (["loss.dual_clip=3", "optim.mini_batch_size=64"], []),  # 4 mini-batches of 256 rows
         (["loss.eps_high=0.28", "optim.update_epochs=2"], []),
+        (["loss.loss_mode=kl_cov"], ["loss.loss_mode=kl_cov"]),  # its penalty is 0 at ρ = 1
+        (["loss.loss_mode=kl_cov", "optim.mini_batch_size=64"], []),
+        (["loss.loss_mode=clip_cov"], []),  # zeroing PG terms acts at ρ = 1 too
     ],
 )
 def test_clips_that_cannot_act_are_named(overrides, expected):
