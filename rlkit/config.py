@@ -26,6 +26,7 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
+from rlkit.tis import resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -174,7 +175,8 @@ class RolloutConfig:
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
     generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
-    engine: str = "hf"  # hf | vllm (optional extra; LoRA / QLoRA only)
+    # hf | hf_static (static KV cache, CUDA graph on CUDA) | vllm (optional extra; LoRA / QLoRA)
+    engine: str = "hf"
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
 
     def __post_init__(self):
@@ -190,7 +192,7 @@ class RolloutConfig:
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
         _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
-        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:
@@ -211,6 +213,8 @@ class LossConfig:
     kl_estimator: str = "k3"
     loss_agg: str = "token-mean"
     ratio_temperature: str | float = "sampling"  # "sampling" (default) or 1.0 (AGPO's code)
+    # truncated importance sampling C (rlkit.tis): auto = 3 unless rollout.engine=hf | off | C > 0
+    tis_cap: float | str = "auto"
 
     def __post_init__(self):
         _positive("loss.eps_low", self.eps_low, strict=False)
@@ -233,6 +237,10 @@ class LossConfig:
                     f"got {self.ratio_temperature!r}"
                 ) from None
             _positive("loss.ratio_temperature", self.ratio_temperature)
+        if isinstance(self.tis_cap, str):
+            _choice("loss.tis_cap", self.tis_cap, ("auto", "off"))
+        else:
+            _positive("loss.tis_cap", self.tis_cap)
 
 
 @dataclass
@@ -578,6 +586,16 @@ def check_combination(cfg: TrainConfig) -> None:
             "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
             "layers drop the key/value cache the shared prompt forward passes on; turn one off"
         )
+    if (
+        resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
+        and cfg.loss.ratio_temperature != "sampling"
+    ):
+        raise ValueError(
+            f"loss.tis_cap={cfg.loss.tis_cap} (on with rollout.engine={cfg.rollout.engine}) "
+            f"needs loss.ratio_temperature=sampling: the sampler's log-probs are at the sampling "
+            f"temperature, π_old's at {cfg.loss.ratio_temperature}; set loss.tis_cap=off or "
+            "loss.ratio_temperature=sampling"
+        )
     if cfg.model.name_or_path == BUILTIN_MODEL and cfg.task.name != "arithmetic":
         raise ValueError(
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
@@ -673,8 +691,8 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("vllm_memory",),
-            ro.engine == "hf",
-            "rollout.engine=hf: there is no vLLM engine",
+            ro.engine != "vllm",
+            f"rollout.engine={ro.engine}: there is no vLLM engine",
             "set rollout.engine=vllm or leave it at its default",
         ),
         (

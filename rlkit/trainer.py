@@ -146,7 +146,12 @@ class Trainer:
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
-        self.collector = Collector.from_config(cfg, self.policy, self.phases)
+        shifted = self.shift_problems or []  # formatted as shift_task will format them
+        if shifted and cfg.task.chat_template:
+            shifted = chat_problems(shifted, self.policy.tokenizer)
+        self.collector = Collector.from_config(
+            cfg, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
+        )
         self.forward = PolicyForward(self.policy, cfg, self.phases)
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
