@@ -55,6 +55,14 @@ def _positive(key: str, value: float, strict: bool = True) -> None:
         raise ValueError(f"{key} must be {'> 0' if strict else '>= 0'}, got {value!r}")
 
 
+def _auto_or_positive(key: str, value: int | str, strict: bool = True) -> None:
+    """A batch size: ``auto`` (resolved from the device's memory at start) or a count."""
+    if isinstance(value, str):
+        _choice(key, value, ("auto",))
+    else:
+        _positive(key, value, strict)
+
+
 @dataclass
 class ModelConfig(ModelSpec):
     """The policy (see :class:`rlkit.models.spec.ModelSpec`). ``builtin:tiny`` is the tiny
@@ -174,7 +182,9 @@ class RolloutConfig:
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
-    generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
+    # rows per generate call (bounds the KV cache); 0 = all P·G; auto = the largest that fits
+    # the device, balanced across calls (rlkit.plan.resolve_batch_sizes)
+    generation_batch_size: int | str = 0
     # hf | hf_static (static KV cache, CUDA graph on CUDA) | vllm (optional extra; LoRA / QLoRA)
     engine: str = "hf"
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
@@ -191,7 +201,7 @@ class RolloutConfig:
         _choice("rollout.order", self.order, ("shuffle", "topic", "difficulty"))
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
-        _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
+        _auto_or_positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
         _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
@@ -295,14 +305,15 @@ class EvalConfig:
     k: int = 4
     temperature: float = 1.0
     at_start: bool = True  # evaluate the starting policy (step 0)
-    batch_size: int = 512  # rows per generate call (k samples of a problem stay together)
+    # rows per generate call (k samples of a problem stay together); auto: as for rollout's
+    batch_size: int | str = 512
 
     def __post_init__(self):
         _positive("eval.every", self.every, strict=False)
         _positive("eval.num_problems", self.num_problems)
         _positive("eval.k", self.k)
         _positive("eval.temperature", self.temperature)
-        _positive("eval.batch_size", self.batch_size)
+        _auto_or_positive("eval.batch_size", self.batch_size)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.phases import Phases
+from rlkit.plan import resolve_for_device
 from rlkit.rollout import NonFiniteScoresError
 from rlkit.rundir import (
     CONFIG,
@@ -146,11 +147,15 @@ class Trainer:
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
+        sized, notes = resolve_for_device(cfg)  # auto batch sizes from the device's memory
+        for note in notes:
+            tqdm.write(note)
+        self.eval_batch_size = sized.eval.batch_size
         shifted = self.shift_problems or []  # formatted as shift_task will format them
         if shifted and cfg.task.chat_template:
             shifted = chat_problems(shifted, self.policy.tokenizer)
         self.collector = Collector.from_config(
-            cfg, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
+            sized, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
         )
         self.forward = PolicyForward(self.policy, cfg, self.phases)
         self.update = PolicyUpdate(
@@ -209,7 +214,7 @@ class Trainer:
                 self.collector.scorer,
                 k=self.cfg.eval.k,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
-                batch_size=self.cfg.eval.batch_size,
+                batch_size=self.eval_batch_size,
             )
 
     @contextlib.contextmanager
@@ -296,7 +301,7 @@ class Trainer:
                 ev.k,
                 ev.temperature,
                 self.cfg.rollout.max_new_tokens,
-                ev.batch_size,
+                self.eval_batch_size,
             )
 
     def state_dict(self) -> dict:
