@@ -28,9 +28,11 @@ def generate_and_score(
     max_new_tokens: int = 8,
     batch_size: int = 512,
     seed: int = EVAL_SEED,
+    engine: str = "hf",
 ) -> tuple[torch.Tensor, list[str]]:
     """Rewards [P, k] and the P·k completion texts of k samples per problem at ``temperature``
-    (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`)."""
+    (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`); ``engine``:
+    ``hf`` or ``hf_static`` (`rlkit.rollout.generate_rollouts`)."""
     problems = list(problems)
     rewards, texts = [], []
     per_batch = max(1, batch_size // k)
@@ -44,6 +46,7 @@ def generate_and_score(
             torch.full((len(prompts),), float(temperature)),
             max_new_tokens,
             generator_seed=seed + start,
+            engine=engine,
         )
         scored = scorer.score(
             rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)]
@@ -84,15 +87,24 @@ def evaluate(
     temperature: float,
     max_new_tokens: int,
     batch_size: int = 512,
+    engine: str = "hf",
 ) -> dict:
     """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at ``temperature``) and
-    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call."""
+    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call with ``engine``."""
     problems = list(problems)
     greedy, _ = generate_and_score(
-        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size
+        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
     )
     sampled, texts = generate_and_score(
-        model, tokenizer, problems, scorer, k, temperature, max_new_tokens, batch_size
+        model,
+        tokenizer,
+        problems,
+        scorer,
+        k,
+        temperature,
+        max_new_tokens,
+        batch_size,
+        engine=engine,
     )
     return {
         "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),

@@ -151,6 +151,8 @@ class Trainer:
         for note in notes:
             tqdm.write(note)
         self.eval_batch_size = sized.eval.batch_size
+        # evaluation runs on the HF model: the static decode loop when it samples the rollouts
+        self.eval_engine = "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         shifted = self.shift_problems or []  # formatted as shift_task will format them
         if shifted and cfg.task.chat_template:
             shifted = chat_problems(shifted, self.policy.tokenizer)
@@ -215,6 +217,7 @@ class Trainer:
                 k=self.cfg.eval.k,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
                 batch_size=self.eval_batch_size,
+                engine=self.eval_engine,
             )
 
     @contextlib.contextmanager
@@ -302,6 +305,7 @@ class Trainer:
                 ev.temperature,
                 self.cfg.rollout.max_new_tokens,
                 self.eval_batch_size,
+                self.eval_engine,
             )
 
     def state_dict(self) -> dict:

@@ -75,7 +75,10 @@ def test_a_training_run_on_the_static_engine_corrects_and_logs_the_mismatch(
 
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "rollout.engine=hf_static"))
     assert trainer.update.tis_cap == 3.0  # loss.tis_cap=auto: the sampler is not generate
-    trainer.train()
+    assert trainer.eval_engine == "hf_static"
+    evals = trainer.train()
+    reference = Trainer(make_config(tmp_path / "hf", tiny_model_dir)).evaluate()
+    assert evals[0]["eval/greedy_accuracy"] == reference["eval/greedy_accuracy"]
     for row in read_metrics(tmp_path)[1:]:
         assert row["sampling/sampling_logp_difference/mean"] < 1e-4
         assert row["sampling/importance_sampling_ratio/clipped_fraction"] == 0.0
