@@ -255,7 +255,7 @@ class MemoryPlan:
                 "model.lora_r",
             ),
         ]
-        if cfg.rollout.engine == "hf":  # vLLM generates the training rollouts in its own share
+        if cfg.rollout.engine != "vllm":  # vLLM generates the training rollouts in its own share
             out.append(
                 Phase(
                     f"generation ({k['rollout.generation_batch_size']} rows)",

@@ -240,3 +240,9 @@ def test_a_cpu_run_resolves_auto_to_one_call_and_keeps_auto_in_its_config(
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["rollout"]["generation_batch_size"] == "auto"
     assert saved["eval"]["batch_size"] == "auto"
+
+
+def test_the_static_engine_plans_its_generation_phase():
+    cfg = load_config("qwen3-8b-qlora", ["rollout.engine=hf_static"])
+    names = [p.name for p in build_plan(resolve_batch_sizes(cfg, 80 * GIB)[0]).phases()]
+    assert "generation (128 rows)" in names  # its static cache is the plan's full-length KV
