@@ -151,13 +151,15 @@ class Trainer:
         for note in notes:
             tqdm.write(note)
         self.eval_batch_size = sized.eval.batch_size
-        # evaluation runs on the HF model: the static decode loop when it samples the rollouts
-        self.eval_engine = "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         shifted = self.shift_problems or []  # formatted as shift_task will format them
         if shifted and cfg.task.chat_template:
             shifted = chat_problems(shifted, self.policy.tokenizer)
         self.collector = Collector.from_config(
             sized, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
+        )
+        # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
+        self.eval_engine = self.collector.engine or (
+            "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         )
         self.forward = PolicyForward(self.policy, cfg, self.phases)
         self.update = PolicyUpdate(

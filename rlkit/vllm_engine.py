@@ -22,7 +22,8 @@ Against vLLM's real API (facts in tests/data/vllm_api/, read from the 0.27.1 whe
   ``RolloutBatch.sampler_logp``, for truncated importance sampling (`rlkit.tis`);
 - sleep mode: vLLM sleeps (level 1: weights to CPU, KV cache freed) outside generation, so the
   training phases get the card back;
-- each call's adapter directory is removed once vLLM has loaded it.
+- each call's adapter directory is removed once vLLM has loaded it;
+- evaluation samples through the engine too (`rlkit.evaluation.generate_and_score`).
 """
 
 from __future__ import annotations

@@ -236,3 +236,21 @@ def test_an_unsupported_vllm_version_is_a_clear_error(
     monkeypatch.setattr(sys.modules["vllm"], "__version__", "0.33.0")
     with pytest.raises(ValueError, match=f"vLLM >= {SUPPORTED_VLLM[0]}, < {SUPPORTED_VLLM[1]}"):
         Trainer(config(tmp_path, tiny_model_dir))
+
+
+def test_evaluation_samples_through_the_engine(tmp_path, tiny_model_dir, fake_vllm):
+    llm, _ = fake_vllm
+    trainer = Trainer(config(tmp_path, tiny_model_dir, "eval.num_problems=4", "eval.k=2"))
+    eos = trainer.policy.tokenizer.eos_token_id
+    llm.script = [(trainer.policy.tokenizer.convert_tokens_to_ids(list("42")) + [eos], "stop")]
+    assert trainer.eval_engine is trainer.collector.engine
+    before = len(llm.calls)
+    result = trainer.evaluate()
+    greedy, sampled = llm.calls[before:]
+    assert len(greedy[0]) == 4 and all(p["temperature"] == 0.0 for p in greedy[1])
+    assert len(sampled[0]) == 8 and all(p["temperature"] == 1.0 for p in sampled[1])
+    assert set(result) == {"eval/greedy_accuracy", "eval/pass@1", "eval/maj@2"}
+    again = Trainer(config(tmp_path / "again", tiny_model_dir, "eval.num_problems=4", "eval.k=2"))
+    again.evaluate()
+    seeds = [[p["seed"] for p in call[1]] for call in llm.calls[-2:]]
+    assert seeds == [[p["seed"] for p in call[1]] for call in (greedy, sampled)]  # eval's seed
