@@ -52,7 +52,9 @@ sys.path.insert(0, str(ROOT))
 from rlkit.config import load_config  # noqa: E402
 from rlkit.plan import GIB, SHIPPED_CONFIGS, build_plan  # noqa: E402
 from rlkit.rewards import RewardBatch  # noqa: E402
+from rlkit.rollout import sampling_processors  # noqa: E402
 from rlkit.sampling import PromptSampler  # noqa: E402
+from rlkit.static_decode import static_generate  # noqa: E402
 from rlkit.tasks.base import Problem  # noqa: E402
 from rlkit.trainer import Trainer  # noqa: E402
 
@@ -208,7 +210,8 @@ def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> di
 
     ``dynamic``: what rlkit runs today (HF's default dynamic KV cache, adapter unmerged);
     ``static``: ``cache_implementation="static"`` (no ``torch.compile``); ``no_adapter``: the
-    same call with the LoRA adapter switched off, an upper bound for merging it. EOS is never
+    same call with the LoRA adapter switched off, an upper bound for merging it; ``static_loop``:
+    rlkit's own static-cache loop (``rollout.engine: hf_static``, a CUDA graph on CUDA). EOS is never
     sampled before ``new_tokens`` (``min_new_tokens``), so every variant generates the same count.
     Each variant is timed once, as a training step would call it: a static cache is allocated anew
     on every call (rlkit does not keep one between steps). The training steps before it warmed the
@@ -231,6 +234,7 @@ def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> di
         "dynamic": ({}, contextlib.nullcontext),
         "static": ({"cache_implementation": "static"}, contextlib.nullcontext),
         "no_adapter": ({}, model.disable_adapter),
+        "static_loop": (None, contextlib.nullcontext),  # rollout.engine=hf_static's loop
     }
     results = {}
     model.eval()
@@ -240,7 +244,20 @@ def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> di
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-                model.generate(**encoded, **options, **extra)
+                if extra is None:  # no EOS ids: every row decodes new_tokens, as min_new_tokens
+                    rows = len(prompt_texts)
+                    processors = sampling_processors(torch.ones(rows, device=device))
+                    static_generate(
+                        model,
+                        encoded["input_ids"],
+                        encoded["attention_mask"],
+                        new_tokens,
+                        [],
+                        tokenizer.pad_token_id,
+                        processors,
+                    )
+                else:
+                    model.generate(**encoded, **options, **extra)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
             seconds = time.perf_counter() - start
@@ -382,6 +399,8 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         "variant_new_tokens": args.variant_tokens,
         "loss": float(last["loss"]),
         "grad_norm": float(last["grad_norm"]),
+        # sampler/trainer mismatch (rlkit.tis), logged when the engine is not HF generate
+        "mismatch": {k: float(v) for k, v in last.items() if k.startswith("sampling/")},
     }
     shutil.rmtree(path, ignore_errors=True)
     return result
@@ -444,6 +463,8 @@ def markdown(report: dict) -> str:
                 else:
                     ratio = f"{v['tokens_per_s'] / base:.2f}" if base else "n/a"
                     lines.append(f"| {variant} | {v['tokens_per_s']:.0f} | {ratio} |")
+        for key, value in r.get("mismatch", {}).items():
+            lines.append(f"\n{key}: {value:.3g}")
     return "\n".join(lines) + "\n"
 
 
@@ -453,7 +474,9 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="vllm: needs vLLM")
+    parser.add_argument(
+        "--engine", default="hf", choices=["hf", "hf_static", "vllm"], help="vllm: needs vLLM"
+    )
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--generation-batch-size", type=int, default=0, help="0: all rows")

@@ -53,21 +53,37 @@ def _check_gpu_memory(cfg) -> None:
 
     if cfg.model.name_or_path == BUILTIN_MODEL or cfg.model.torch_device.type != "cuda":
         return
-    from rlkit.plan import build_plan, check_fits
+    from rlkit.plan import build_plan, check_fits, resolve_for_device
 
     device = cfg.model.torch_device
-    check_fits(build_plan(cfg), torch.cuda.get_device_properties(device).total_memory)
+    sized, _ = resolve_for_device(cfg)  # auto batch sizes as the trainer will resolve them
+    check_fits(build_plan(sized), torch.cuda.get_device_properties(device).total_memory)
 
 
 def _plan(args) -> None:
     from rlkit.config import load_config
-    from rlkit.plan import DEFAULT_HEADROOM, build_plan, format_plan
+    from rlkit.plan import (
+        DEFAULT_HEADROOM,
+        GIB,
+        build_plan,
+        check_gpu_mem,
+        format_plan,
+        resolve_batch_sizes,
+    )
 
     if args.headroom is not None and args.gpu_mem is None:
         raise ValueError("--headroom needs --gpu-mem (it is the share of that memory kept free)")
-    plan = build_plan(load_config(args.config, args.overrides), args.prompt_tokens)
     headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
-    print(format_plan(plan, args.gpu_mem, headroom))
+    gpu_bytes = None
+    if args.gpu_mem is not None:
+        check_gpu_mem(args.gpu_mem)
+        gpu_bytes = args.gpu_mem * GIB
+    cfg, notes = resolve_batch_sizes(
+        load_config(args.config, args.overrides), gpu_bytes, args.prompt_tokens, headroom
+    )
+    for note in notes:
+        print(note)
+    print(format_plan(build_plan(cfg, args.prompt_tokens), args.gpu_mem, headroom))
 
 
 def _eval(args) -> None:

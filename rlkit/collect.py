@@ -24,13 +24,20 @@ from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import generate_in_batches
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
+from rlkit.tis import resolve_tis_cap
 
 
 class Collector:
     """Generates and scores groups; ``draw`` fills one step's batch."""
 
     def __init__(
-        self, policy: Policy, scorer: RewardScorer, cfg: RolloutConfig, phases: Phases, engine=None
+        self,
+        policy: Policy,
+        scorer: RewardScorer,
+        cfg: RolloutConfig,
+        phases: Phases,
+        engine=None,
+        record_logprobs: bool = False,
     ):
         self.policy, self.scorer, self.cfg, self.phases, self.engine = (
             policy,
@@ -39,24 +46,34 @@ class Collector:
             phases,
             engine,
         )
+        # the sampler's log-probs, for truncated importance sampling (rlkit.tis)
+        self.record_logprobs = record_logprobs
         self.probe_tokens = self.reward_failures = 0  # this draw's
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig, policy: Policy, phases: Phases) -> Collector:
+    def from_config(
+        cls, cfg: TrainConfig, policy: Policy, phases: Phases, prompts: Sequence[str] = ()
+    ) -> Collector:
         """The run's collector: its reward scorer (in-process or a worker pool) and, with
-        ``rollout.engine=vllm``, the vLLM engine."""
+        ``rollout.engine=vllm``, the vLLM engine, sized for the longest of ``prompts`` plus
+        ``rollout.max_new_tokens`` (no prompts: vLLM's default, the model's context)."""
         engine = None
         if cfg.rollout.engine == "vllm":
             from rlkit.vllm_engine import VLLMEngine
 
-            engine = VLLMEngine(policy, cfg.rollout.vllm_memory, cfg.seed)
+            max_model_len = None
+            if prompts:
+                longest = max(map(len, policy.tokenizer(list(prompts))["input_ids"]))
+                max_model_len = longest + cfg.rollout.max_new_tokens
+            engine = VLLMEngine(policy, cfg.rollout.vllm_memory, cfg.seed, max_model_len)
         scorer = RewardScorer(
             get_reward_fn(cfg.task.reward),
             num_workers=cfg.task.reward_workers,
             timeout_s=cfg.task.reward_timeout_s,
             on_error=cfg.task.on_reward_error,
         )
-        return cls(policy, scorer, cfg.rollout, phases, engine)
+        record = resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
+        return cls(policy, scorer, cfg.rollout, phases, engine, record)
 
     def __call__(
         self,
@@ -84,6 +101,8 @@ class Collector:
                 ro.generation_batch_size or None,
                 top_p=ro.top_p,
                 top_k=ro.top_k,
+                record_logprobs=self.record_logprobs,
+                engine=ro.engine,
             )
         with self.phases("score"):
             scored = self.scorer.score(

@@ -26,6 +26,7 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
+from rlkit.tis import resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -52,6 +53,14 @@ def expand_path(key: str, value: str) -> str:
 def _positive(key: str, value: float, strict: bool = True) -> None:
     if value < 0 or (strict and value == 0):
         raise ValueError(f"{key} must be {'> 0' if strict else '>= 0'}, got {value!r}")
+
+
+def _auto_or_positive(key: str, value: int | str, strict: bool = True) -> None:
+    """A batch size: ``auto`` (resolved from the device's memory at start) or a count."""
+    if isinstance(value, str):
+        _choice(key, value, ("auto",))
+    else:
+        _positive(key, value, strict)
 
 
 @dataclass
@@ -173,8 +182,11 @@ class RolloutConfig:
     max_gen_batches: int = 3
     overlong_buffer: int = 0  # > 0 turns on DAPO overlong reward shaping
     overlong_penalty: float = 1.0
-    generation_batch_size: int = 0  # rows per generate call (bounds the KV cache); 0 = all P·G
-    engine: str = "hf"  # hf | vllm (optional extra; LoRA / QLoRA only)
+    # rows per generate call (bounds the KV cache); 0 = all P·G; auto = the largest that fits
+    # the device, balanced across calls (rlkit.plan.resolve_batch_sizes)
+    generation_batch_size: int | str = 0
+    # hf | hf_static (static KV cache, CUDA graph on CUDA) | vllm (optional extra; LoRA / QLoRA)
+    engine: str = "hf"
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
 
     def __post_init__(self):
@@ -189,8 +201,8 @@ class RolloutConfig:
         _choice("rollout.order", self.order, ("shuffle", "topic", "difficulty"))
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
-        _positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
-        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        _auto_or_positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
+        _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:
@@ -219,6 +231,8 @@ class LossConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 2e-3
     ppo_kl_coef: float = 1.0
+    # truncated importance sampling C (rlkit.tis): auto = 3 unless rollout.engine=hf | off | C > 0
+    tis_cap: float | str = "auto"
 
     def __post_init__(self):
         _choice("loss.loss_mode", self.loss_mode, LOSS_MODES)
@@ -252,6 +266,10 @@ class LossConfig:
                     f"got {self.ratio_temperature!r}"
                 ) from None
             _positive("loss.ratio_temperature", self.ratio_temperature)
+        if isinstance(self.tis_cap, str):
+            _choice("loss.tis_cap", self.tis_cap, ("auto", "off"))
+        else:
+            _positive("loss.tis_cap", self.tis_cap)
 
 
 @dataclass
@@ -306,14 +324,15 @@ class EvalConfig:
     k: int = 4
     temperature: float = 1.0
     at_start: bool = True  # evaluate the starting policy (step 0)
-    batch_size: int = 512  # rows per generate call (k samples of a problem stay together)
+    # rows per generate call (k samples of a problem stay together); auto: as for rollout's
+    batch_size: int | str = 512
 
     def __post_init__(self):
         _positive("eval.every", self.every, strict=False)
         _positive("eval.num_problems", self.num_problems)
         _positive("eval.k", self.k)
         _positive("eval.temperature", self.temperature)
-        _positive("eval.batch_size", self.batch_size)
+        _auto_or_positive("eval.batch_size", self.batch_size)
 
 
 @dataclass
@@ -602,6 +621,16 @@ def check_combination(cfg: TrainConfig) -> None:
             "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
             "layers drop the key/value cache the shared prompt forward passes on; turn one off"
         )
+    if (
+        resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
+        and cfg.loss.ratio_temperature != "sampling"
+    ):
+        raise ValueError(
+            f"loss.tis_cap={cfg.loss.tis_cap} (on with rollout.engine={cfg.rollout.engine}) "
+            f"needs loss.ratio_temperature=sampling: the sampler's log-probs are at the sampling "
+            f"temperature, π_old's at {cfg.loss.ratio_temperature}; set loss.tis_cap=off or "
+            "loss.ratio_temperature=sampling"
+        )
     if cfg.model.name_or_path == BUILTIN_MODEL and cfg.task.name != "arithmetic":
         raise ValueError(
             f"model.name_or_path={BUILTIN_MODEL} only works with task.name=arithmetic "
@@ -722,8 +751,8 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("vllm_memory",),
-            ro.engine == "hf",
-            "rollout.engine=hf: there is no vLLM engine",
+            ro.engine != "vllm",
+            f"rollout.engine={ro.engine}: there is no vLLM engine",
             "set rollout.engine=vllm or leave it at its default",
         ),
         (

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from rlkit.answers import extract_answer
-from rlkit.rollout import generate_rollouts
+from rlkit.rollout import _seeded, generate_rollouts
 from rlkit.tasks.base import Problem
 
 EVAL_SEED = 1234
@@ -28,23 +28,33 @@ def generate_and_score(
     max_new_tokens: int = 8,
     batch_size: int = 512,
     seed: int = EVAL_SEED,
+    engine="hf",
 ) -> tuple[torch.Tensor, list[str]]:
     """Rewards [P, k] and the P·k completion texts of k samples per problem at ``temperature``
-    (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`)."""
+    (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`); ``engine``:
+    ``hf`` or ``hf_static`` (`rlkit.rollout.generate_rollouts`), or an engine object with
+    ``generate(prompts, temperatures, max_new_tokens)`` (`rlkit.vllm_engine.VLLMEngine`),
+    whose per-row seeds then come from the same seed."""
     problems = list(problems)
     rewards, texts = [], []
     per_batch = max(1, batch_size // k)
     for start in range(0, len(problems), per_batch):
         chunk = problems[start : start + per_batch]
         prompts = [p.prompt for p in chunk for _ in range(k)]
-        rollouts = generate_rollouts(
-            model,
-            tokenizer,
-            prompts,
-            torch.full((len(prompts),), float(temperature)),
-            max_new_tokens,
-            generator_seed=seed + start,
-        )
+        temperatures = torch.full((len(prompts),), float(temperature))
+        if isinstance(engine, str):
+            rollouts = generate_rollouts(
+                model,
+                tokenizer,
+                prompts,
+                temperatures,
+                max_new_tokens,
+                generator_seed=seed + start,
+                engine=engine,
+            )
+        else:
+            with _seeded(seed + start, torch.device("cpu")):
+                rollouts = engine.generate(prompts, temperatures, max_new_tokens)
         scored = scorer.score(
             rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)]
         )
@@ -84,15 +94,24 @@ def evaluate(
     temperature: float,
     max_new_tokens: int,
     batch_size: int = 512,
+    engine="hf",
 ) -> dict:
     """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at ``temperature``) and
-    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call."""
+    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call with ``engine``."""
     problems = list(problems)
     greedy, _ = generate_and_score(
-        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size
+        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
     )
     sampled, texts = generate_and_score(
-        model, tokenizer, problems, scorer, k, temperature, max_new_tokens, batch_size
+        model,
+        tokenizer,
+        problems,
+        scorer,
+        k,
+        temperature,
+        max_new_tokens,
+        batch_size,
+        engine=engine,
     )
     return {
         "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),

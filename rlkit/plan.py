@@ -31,6 +31,7 @@ beside the measured peaks.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import math
 from dataclasses import dataclass
@@ -254,7 +255,7 @@ class MemoryPlan:
                 "model.lora_r",
             ),
         ]
-        if cfg.rollout.engine == "hf":  # vLLM generates the training rollouts in its own share
+        if cfg.rollout.engine != "vllm":  # vLLM generates the training rollouts in its own share
             out.append(
                 Phase(
                     f"generation ({k['rollout.generation_batch_size']} rows)",
@@ -333,10 +334,93 @@ def _largest(limit: int, peak, budget: float) -> int:
     return lo
 
 
+AUTO_KNOBS = ("rollout.generation_batch_size", "eval.batch_size")
+
+
+def balanced(rows: int, largest: int, unit: int = 1) -> tuple[int, int]:
+    """(batch size, calls): the fewest calls of at most ``largest`` rows, as even as possible,
+    in whole ``unit``s of rows (evaluation keeps a problem's k samples in one call)."""
+    units, per_call = math.ceil(rows / unit), max(largest // unit, 1)
+    calls = math.ceil(units / per_call)
+    return math.ceil(units / calls) * unit, calls
+
+
+def resolve_batch_sizes(
+    cfg: TrainConfig,
+    gpu_bytes: float | None,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    headroom: float = DEFAULT_HEADROOM,
+) -> tuple[TrainConfig, list[str]]:
+    """``cfg`` with every ``auto`` batch size (``AUTO_KNOBS``) resolved, and one line per knob
+    saying what it became and in how many calls.
+
+    On a device of ``gpu_bytes``: the largest size whose generation phase fits the plan's budget
+    (``headroom`` kept free, and vLLM's share), balanced across the calls it needs. Without one
+    (``gpu_bytes`` None: the CPU, or a model the plan cannot shape): every row in one call, as
+    ``0`` does for the rollouts; the CPU has no device memory to bound the KV cache by.
+    """
+    ro, ev = cfg.rollout, cfg.eval
+    rows = {"rollout.generation_batch_size": ro.num_prompts * ro.group_size}
+    rows["eval.batch_size"] = ev.num_problems * ev.k
+    auto = [k for k in AUTO_KNOBS if _knob(cfg, k) == "auto"]
+    if not auto:
+        return cfg, []
+    fitting = dict(rows)
+    where = "no device memory limit: one call"
+    if gpu_bytes is not None:
+        concrete = _with_knobs(cfg, {k: 1 for k in auto})  # any size: the plan sizes each knob
+        plan = build_plan(concrete, prompt_tokens)
+        fitting = plan.largest_fitting(plan.usable(gpu_bytes, headroom))
+        where = f"the largest that fits {gpu_bytes / GIB:.0f} GiB"
+    resolved, notes = {}, []
+    for knob in auto:
+        if fitting[knob] == 0:
+            raise ValueError(
+                f"{knob}=auto: not even one row's generation fits {gpu_bytes / GIB:.1f} GiB "
+                f"(`rlkit plan --gpu-mem {gpu_bytes / GIB:.0f}` lists every phase)"
+            )
+        size, calls = balanced(rows[knob], fitting[knob], ev.k if knob == "eval.batch_size" else 1)
+        resolved[knob] = size
+        notes.append(f"{knob}=auto -> {size} ({where}; {calls} call(s) for {rows[knob]} rows)")
+    return _with_knobs(cfg, resolved), notes
+
+
+def resolve_for_device(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """:func:`resolve_batch_sizes` against the memory of ``model.device`` (CUDA), or with no
+    device limit (the CPU, and the built-in tiny model, which needs no plan)."""
+    device = cfg.model.torch_device
+    gpu_bytes = None
+    if device.type == "cuda" and cfg.model.name_or_path != BUILTIN_MODEL:
+        gpu_bytes = torch.cuda.get_device_properties(device).total_memory
+    return resolve_batch_sizes(cfg, gpu_bytes)
+
+
+def _knob(cfg: TrainConfig, knob: str):
+    section, name = knob.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def _with_knobs(cfg: TrainConfig, values: dict[str, int]) -> TrainConfig:
+    """A copy of ``cfg`` with ``section.name`` knobs replaced (the original is left as is)."""
+    out = copy.deepcopy(cfg)
+    for knob, value in values.items():
+        section, name = knob.split(".")
+        setattr(getattr(out, section), name, value)
+    return out
+
+
 def build_plan(cfg: TrainConfig, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> MemoryPlan:
+    """The plan of ``cfg``; an ``auto`` batch size still in it is planned as one call of every
+    row (resolve it against a device first: :func:`resolve_batch_sizes`)."""
+    cfg, _ = resolve_batch_sizes(cfg, None, prompt_tokens)
     config = model_config(cfg.model.name_or_path)
     shape = model_shape(config, cfg.model.lora_r, cfg.model.target_modules)
     return MemoryPlan(cfg, shape, prompt_tokens)
+
+
+def check_gpu_mem(gpu_mem_gib: float) -> None:
+    if not (math.isfinite(gpu_mem_gib) and gpu_mem_gib > 0):
+        raise ValueError(f"--gpu-mem must be a positive number of GiB, got {gpu_mem_gib!r}")
 
 
 def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) -> str:
@@ -349,8 +433,7 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
     lines += [f"{p.name:<48} {p.peak / GIB:>9.2f}" for p in plan.phases()]
     lines.append(f"{'peak':<48} {plan.peak() / GIB:>9.2f}")
     if gpu_mem_gib is not None:
-        if not (math.isfinite(gpu_mem_gib) and gpu_mem_gib > 0):
-            raise ValueError(f"--gpu-mem must be a positive number of GiB, got {gpu_mem_gib!r}")
+        check_gpu_mem(gpu_mem_gib)
         budget = plan.usable(gpu_mem_gib * GIB, headroom)
         if plan.cfg.rollout.engine == "vllm":
             lines.append(f"vLLM engine: {plan.cfg.rollout.vllm_memory:.0%} of the GPU is vLLM's")
@@ -360,7 +443,9 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
         )
         current = plan.settings()
         for knob, value in plan.largest_fitting(budget).items():
-            flag = "" if current[knob] <= value else "   <- lower it"
+            flag = "   <- lower it" if current[knob] > value else ""
+            if current[knob] < value:
+                flag = "   <- can be raised" + (" (or auto)" if knob in AUTO_KNOBS else "")
             lines.append(f"  {knob}={value}   (now {current[knob]}){flag}")
     return "\n".join(lines)
 

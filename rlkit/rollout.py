@@ -35,6 +35,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlkit.static_decode import static_generate
+
 # Generation options that leave the model's distribution untouched. They override whatever the
 # model's generation_config.json sets, so the only processors applied are the ones passed here.
 NEUTRAL_PROCESSING = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0}
@@ -91,6 +93,37 @@ class FiniteScoresCheck(LogitsProcessor):
         return scores
 
 
+class SampledLogprobs(LogitsProcessor):
+    """Records log p(y_t) of each sampled token under the final sampling distribution, placed
+    after every other processor. HF draws y_t from softmax(scores) right after this call, so
+    the scores of step t are kept (one [B, V] tensor, not one per step) and read at y_t when
+    step t + 1 sees it in ``input_ids``; :meth:`finish` reads the last step's."""
+
+    def __init__(self) -> None:
+        self.logp: list[torch.Tensor] = []
+        self._last: torch.Tensor | None = None
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        self.logp.append(self._last.gather(-1, tokens[:, None]).squeeze(-1))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._last is not None:
+            self._take(input_ids[:, -1])
+        self._last = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, completion_ids: torch.Tensor) -> torch.Tensor:
+        """[B, Lc] log-probs of ``completion_ids`` (the generated tokens, Lc = steps taken)."""
+        if self._last is not None:
+            self._take(completion_ids[:, -1])
+            self._last = None
+        if len(self.logp) != completion_ids.shape[1]:
+            raise RuntimeError(
+                f"recorded {len(self.logp)} sampling steps for {completion_ids.shape[1]} tokens"
+            )
+        return torch.stack(self.logp, dim=1)
+
+
 def sampling_processors(
     temperatures: torch.Tensor, top_p: float = 1.0, top_k: int = 0
 ) -> LogitsProcessorList:
@@ -117,7 +150,9 @@ class RolloutBatch:
     to `prompt_length`, then the completion right-padded to Lc. `completion_mask` [B, Lc] marks
     the real completion tokens, EOS included, padding after it excluded. `truncated` rows hit
     `max_new_tokens` without an EOS. `temperatures` [B] are the sampling temperatures (0 =
-    greedy).
+    greedy). `sampler_logp` [B, Lc], when the engine recorded it, is the log-prob of each sampled
+    token under the distribution it was drawn from (temperature, top-k, top-p applied; 0 on
+    padding), for truncated importance sampling (`rlkit.tis`); None: not recorded.
     """
 
     input_ids: torch.Tensor
@@ -128,6 +163,7 @@ class RolloutBatch:
     lengths: torch.Tensor
     truncated: torch.Tensor
     temperatures: torch.Tensor
+    sampler_logp: torch.Tensor | None = None
 
     @property
     def prompt_ids(self) -> torch.Tensor:
@@ -215,14 +251,21 @@ def generate_rollouts(
     top_p: float = 1.0,
     top_k: int = 0,
     generator_seed: int | None = None,
+    record_logprobs: bool = False,
+    engine: str = "hf",
 ) -> RolloutBatch:
     """Sample one completion per prompt, row b at temperature T_b (docs/algorithms.md §3 step 3).
 
     `prompts` are already repeated G times per group by the caller. If every temperature is 0 the
     completions are greedy (evaluation); otherwise all must be > 0. The model runs in eval mode
     (its mode is restored after). Deterministic given the global torch seed, or `generator_seed`
-    (which leaves the global RNG untouched).
+    (which leaves the global RNG untouched). `record_logprobs` (sampling only) fills
+    `sampler_logp` from the sampling scores; it draws nothing, so the tokens are unchanged.
+    `engine`: ``hf`` (HF ``generate``) or ``hf_static`` (`rlkit.static_decode`, which always
+    records the sampler's log-probs when sampling).
     """
+    if engine not in ("hf", "hf_static"):
+        raise ValueError(f"engine must be 'hf' or 'hf_static', got {engine!r}")
     if not prompts:
         raise ValueError("prompts must be a non-empty list of strings")
     if max_new_tokens < 1:
@@ -243,28 +286,48 @@ def generate_rollouts(
     eos_ids = _eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     options = {**NEUTRAL_PROCESSING, "do_sample": not greedy}
+    recorder = SampledLogprobs() if record_logprobs and not greedy and engine == "hf" else None
     if not greedy:
         options.update(NEUTRAL_SAMPLING)
         options["logits_processor"] = sampling_processors(temperatures, top_p, top_k)
+        if recorder is not None:
+            options["logits_processor"].append(recorder)
 
     was_training = model.training
     model.eval()
+    sampler_logp = None
     try:
         with _seeded(generator_seed, device):
-            sequences = model.generate(
-                **encoded,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=eos_ids,
-                pad_token_id=pad_id,
-                **options,
-            )
+            if engine == "hf_static":
+                generated, sampler_logp = static_generate(
+                    model,
+                    encoded["input_ids"],
+                    encoded["attention_mask"],
+                    max_new_tokens,
+                    eos_ids,
+                    pad_id,
+                    options.get("logits_processor"),
+                )
+            else:
+                sequences = model.generate(
+                    **encoded,
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=eos_ids,
+                    pad_token_id=pad_id,
+                    **options,
+                )
+                generated = sequences[:, encoded["input_ids"].shape[1] :]
     finally:
         model.train(was_training)
 
     prompt_length = encoded["input_ids"].shape[1]
     completion_ids, completion_mask, lengths, truncated = _completion_layout(
-        sequences[:, prompt_length:], eos_ids, pad_id
+        generated, eos_ids, pad_id
     )
+    if recorder is not None:
+        sampler_logp = recorder.finish(generated)
+    if sampler_logp is not None:
+        sampler_logp = sampler_logp.masked_fill(~completion_mask, 0.0)
     return RolloutBatch(
         input_ids=torch.cat([encoded["input_ids"], completion_ids], dim=1),
         attention_mask=torch.cat([encoded["attention_mask"], completion_mask.long()], dim=1),
@@ -274,6 +337,7 @@ def generate_rollouts(
         lengths=lengths,
         truncated=truncated,
         temperatures=temperatures.to(device),
+        sampler_logp=sampler_logp,
     )
 
 
@@ -335,8 +399,12 @@ def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBa
                 widen(b.input_ids, left, right, pad_token_id),
                 widen(b.attention_mask, left, right, 0),
                 widen(b.completion_mask, 0, right, False),
+                None if b.sampler_logp is None else widen(b.sampler_logp, 0, right, 0.0),
             )
         )
+    recorded = [p[3] for p in parts]
+    if any(r is None for r in recorded) and not all(r is None for r in recorded):
+        raise ValueError("concat_rollouts: some batches have sampler_logp and some do not")
     return RolloutBatch(
         input_ids=torch.cat([p[0] for p in parts]),
         attention_mask=torch.cat([p[1] for p in parts]),
@@ -346,4 +414,5 @@ def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBa
         lengths=torch.cat([b.lengths for b in batches]),
         truncated=torch.cat([b.truncated for b in batches]),
         temperatures=torch.cat([b.temperatures for b in batches]),
+        sampler_logp=None if recorded[0] is None else torch.cat(recorded),
     )

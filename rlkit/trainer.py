@@ -36,6 +36,7 @@ from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.phases import Phases
+from rlkit.plan import resolve_for_device
 from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import rng_state, seed_everything, set_rng_state
@@ -116,7 +117,20 @@ class Trainer:
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
-        self.collector = Collector.from_config(cfg, self.policy, self.phases)
+        sized, notes = resolve_for_device(cfg)  # auto batch sizes from the device's memory
+        for note in notes:
+            tqdm.write(note)
+        self.eval_batch_size = sized.eval.batch_size
+        shifted = self.shift_problems or []  # formatted as shift_task will format them
+        if shifted and cfg.task.chat_template:
+            shifted = chat_problems(shifted, self.policy.tokenizer)
+        self.collector = Collector.from_config(
+            sized, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
+        )
+        # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
+        self.eval_engine = self.collector.engine or (
+            "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
+        )
         self.forward = PolicyForward(self.policy, cfg, self.phases)
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
@@ -172,7 +186,8 @@ class Trainer:
                 self.collector.scorer,
                 k=self.cfg.eval.k,
                 max_new_tokens=self.cfg.rollout.max_new_tokens,
-                batch_size=self.cfg.eval.batch_size,
+                batch_size=self.eval_batch_size,
+                engine=self.eval_engine,
             )
 
     def finite_sampling(self):
@@ -244,7 +259,8 @@ class Trainer:
                 ev.k,
                 ev.temperature,
                 self.cfg.rollout.max_new_tokens,
-                ev.batch_size,
+                self.eval_batch_size,
+                self.eval_engine,
             )
 
     def state_dict(self) -> dict:

@@ -35,6 +35,7 @@ from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rollout import NonFiniteScoresError
+from rlkit.tis import importance_weights, mismatch_metrics, resolve_tis_cap
 
 
 class NonFiniteError(RuntimeError):
@@ -145,6 +146,7 @@ class PolicyUpdate:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.guard = NonFiniteGuard(cfg.optim.max_nonfinite_skips, cfg.optim.lr)
+        self.tis_cap = resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine)
 
     @property
     def lr(self) -> float:
@@ -177,6 +179,12 @@ class PolicyUpdate:
                 torch.zeros(mask.shape, device=mask.device, dtype=dtype),
             )
         eps = None if on_policy and clip.needs_entropy else self.radii(batch, clip, old)
+        sampler_logp = batch.rollouts.sampler_logp
+        if self.tis_cap is not None and sampler_logp is None:
+            raise ValueError(
+                f"loss.tis_cap={cfg.loss.tis_cap} is on, but the rollouts carry no sampler "
+                f"log-probs (rollout.engine={cfg.rollout.engine})"
+            )
         params = self.policy.trainable_parameters()
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
         keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
@@ -226,6 +234,10 @@ class PolicyUpdate:
                             eps[1][idx],
                             m,
                         )
+                        if self.tis_cap is not None:  # rlkit.tis: the sampler is not π_old
+                            loss_tok = loss_tok * importance_weights(
+                                old_logp, sub.rollouts.sampler_logp, self.tis_cap
+                            )
                         kl = None
                         if sub.ref_logp is not None:
                             kl_tok = kl_divergence(logp, sub.ref_logp, cfg.loss.kl_estimator)
@@ -271,7 +283,10 @@ class PolicyUpdate:
                         means.add("clip_ratio/region_mean", w * float(clipped.region))
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return UpdateResult(means.result(), old)
+        stats = means.result()
+        if self.tis_cap is not None:
+            stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.tis_cap)
+        return UpdateResult(stats, old)
 
     @torch.no_grad()
     def check_finite(self, step: int, batch: TrainBatch, rows: torch.Tensor | None) -> None:

@@ -44,8 +44,19 @@ def test_tiny_cpu_run_trains_every_lora_matrix_and_writes_the_tables(tmp_path):
     assert all(v["plan"] > 0 and v["measured"] is None for v in result["phases"].values())
     assert result["generation_tokens_per_s"] > 0 and result["update_s"] > 0
     variants = result["generation_variants"]
-    assert set(variants) == {"dynamic", "static", "no_adapter"}
+    assert set(variants) == {"dynamic", "static", "no_adapter", "static_loop"}
     assert all(v["tokens_per_s"] > 0 for v in variants.values()), variants
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| lora_B |" in table and "plan MiB" in table
     assert not (tmp_path / "models" / "qwen3-8b").exists()  # the random checkpoint is removed
+    assert result["mismatch"] == {}  # the HF engine: no sampler correction, no mismatch logged
+
+
+def test_the_static_engine_reports_its_mismatch(tmp_path):
+    bench = load_bench()
+    args = ["--tiny", "--device", "cpu", "--models", "qwen3-8b", "--out", str(tmp_path / "out")]
+    bench.main([*args, "--engine", "hf_static", "--work-dir", str(tmp_path / "models")])
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    mismatch = report["models"]["qwen3-8b"]["mismatch"]
+    assert mismatch["sampling/importance_sampling_ratio/clipped_fraction"] == 0.0
+    assert "sampling/sampling_logp_difference/mean" in (tmp_path / "out" / "results.md").read_text()

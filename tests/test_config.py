@@ -228,7 +228,7 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         (
             "qwen3-8b-qlora",
             ["rollout.engine=vllm"],
-            r"^rollout\.generation_batch_size=32 has no effect with rollout\.engine=vllm",
+            r"^rollout\.generation_batch_size='auto' has no effect with rollout\.engine=vllm",
         ),
         ("tiny-cpu", ["loss.kl_estimator=k1"], r"^loss\.kl_estimator='k1' .*loss\.kl_coef=0"),
         ("tiny-cpu", ["model.lora_r=4"], r"^model\.lora_r=4 has no effect with model\.mode=full"),

@@ -13,7 +13,16 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 from rlkit.cli import main
 from rlkit.config import load_config
 from rlkit.models.loading import ModelSpec, load_policy
-from rlkit.plan import GIB, MemoryPlan, build_plan, check_fits, model_config, model_shape
+from rlkit.plan import (
+    GIB,
+    MemoryPlan,
+    balanced,
+    build_plan,
+    check_fits,
+    model_config,
+    model_shape,
+    resolve_batch_sizes,
+)
 
 # vLLM batches the rollouts itself: the preset's rollout.generation_batch_size must go
 VLLM = ["rollout.engine=vllm", "rollout.generation_batch_size=0"]
@@ -80,7 +89,8 @@ def test_8b_shapes_from_the_shipped_configs(name, total, linear, lora):
 
 def test_8b_presets_fit_24_gib_and_the_unchunked_rollout_does_not():
     for preset in ("qwen3-8b-qlora", "llama3-8b-qlora"):
-        plan = build_plan(load_config(preset))
+        cfg, _ = resolve_batch_sizes(load_config(preset), 24 * GIB)  # the presets' auto sizes
+        plan = build_plan(cfg)
         check_fits(plan, 24 * GIB)
         assert 5 * GIB < plan.weights() < 6 * GIB  # 4-bit linears + bf16 embeddings and head
     qwen = load_config("qwen3-8b-qlora", ["rollout.generation_batch_size=0"])
@@ -108,7 +118,15 @@ def test_train_refuses_a_config_that_cannot_fit_before_loading(monkeypatch, tmp_
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: FakeProperties)
     monkeypatch.setattr(rlkit.trainer, "load_policy", lambda spec: pytest.fail("loaded"))
-    code = main(["train", "--config", "qwen3-8b-qlora", f"output_dir={tmp_path}"])
+    code = main(
+        [
+            "train",
+            "--config",
+            "qwen3-8b-qlora",
+            f"output_dir={tmp_path}",
+            "rollout.generation_batch_size=0",  # every row in one call: an explicit misfit
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "generation" in err and "rollout.generation_batch_size=" in err
@@ -122,7 +140,7 @@ def test_memory_plan_rejects_a_bad_prompt_length(tiny_model_dir):
 
 
 def test_vllm_engine_leaves_its_share_of_the_gpu():
-    hf = build_plan(load_config("qwen3-8b-qlora"))
+    hf = build_plan(resolve_batch_sizes(load_config("qwen3-8b-qlora"), 24 * GIB)[0])
     vllm = build_plan(load_config("qwen3-8b-qlora", [*VLLM, "rollout.vllm_memory=0.5"]))
     assert not any(p.name.startswith("generation") for p in vllm.phases())
     assert any(p.name.startswith("eval generation") for p in vllm.phases())  # eval stays on HF
@@ -160,3 +178,71 @@ def test_vllm_engine_leaves_its_share_of_the_gpu():
 def test_plan_refuses_a_gpu_size_or_headroom_that_means_nothing(capsys, flags, message):
     assert main(["plan", "--config", "qwen3-8b-qlora", *flags]) == 2
     assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
+
+
+def test_balanced_batch_sizes_take_the_fewest_even_calls():
+    assert balanced(128, 37) == (32, 4)  # not 37, 37, 37, 17
+    assert balanced(128, 128) == (128, 1) and balanced(128, 500) == (128, 1)
+    assert balanced(128, 57) == (43, 3)
+    assert balanced(256, 100, unit=4) == (88, 3)  # whole problems of k = 4 samples per call
+    assert balanced(10, 0) == (1, 10)
+
+
+def test_auto_batch_sizes_follow_the_device_memory():
+    """The design note's table (Qwen3-8B preset, 512 + 2048 tokens): 37 rows fit 24 GiB, so 4
+    calls of 32; one call of 128 from 80 GiB on; on the CPU every row in one call."""
+    cfg = load_config("qwen3-8b-qlora")
+    assert cfg.rollout.generation_batch_size == "auto" and cfg.eval.batch_size == "auto"
+    calls = {}
+    for gib in (24, 40, 80, 141):
+        sized, notes = resolve_batch_sizes(cfg, gib * GIB)
+        calls[gib] = sized.rollout.generation_batch_size
+        assert notes[0].startswith(f"rollout.generation_batch_size=auto -> {calls[gib]} ")
+        assert "call(s) for 128 rows" in notes[0] and notes[1].startswith("eval.batch_size=auto")
+        check_fits(build_plan(sized), gib * GIB)
+        assert sized.eval.batch_size % cfg.eval.k == 0
+    assert calls == {24: 32, 40: 64, 80: 128, 141: 128}
+    assert cfg.rollout.generation_batch_size == "auto"  # the original is untouched
+    cpu, notes = resolve_batch_sizes(cfg, None)
+    assert cpu.rollout.generation_batch_size == 128
+    assert cpu.eval.batch_size == cfg.eval.num_problems * cfg.eval.k
+    assert "no device memory limit" in notes[0]
+    fixed, notes = resolve_batch_sizes(load_config("tiny-cpu"), 24 * GIB)
+    assert notes == [] and fixed.eval.batch_size == load_config("tiny-cpu").eval.batch_size
+    with pytest.raises(ValueError, match="eval.batch_size"):
+        load_config("tiny-cpu", ["eval.batch_size=some"])
+
+
+def test_plan_says_when_a_setting_can_be_raised(capsys):
+    overrides = ["rollout.generation_batch_size=16", "eval.batch_size=16"]
+    assert main(["plan", "--config", "qwen3-8b-qlora", "--gpu-mem", "80", *overrides]) == 0
+    out = capsys.readouterr().out
+    assert "rollout.generation_batch_size=128   (now 16)   <- can be raised (or auto)" in out
+    assert main(["plan", "--config", "qwen3-8b-qlora", "--gpu-mem", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout.generation_batch_size=auto -> 128" in out
+
+
+def test_a_cpu_run_resolves_auto_to_one_call_and_keeps_auto_in_its_config(
+    tmp_path, tiny_model_dir, capsys
+):
+    import yaml
+
+    from rlkit.trainer import Trainer
+    from tests.test_trainer import make_config
+
+    auto = ["rollout.generation_batch_size=auto", "eval.batch_size=auto"]
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, *auto))
+    assert trainer.eval_batch_size == 8 * 2  # eval.num_problems × eval.k
+    assert trainer.collector.cfg.generation_batch_size == 4 * 4  # P·G
+    printed = capsys.readouterr()
+    assert "eval.batch_size=auto -> 16 (no device memory limit" in printed.out + printed.err
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["rollout"]["generation_batch_size"] == "auto"
+    assert saved["eval"]["batch_size"] == "auto"
+
+
+def test_the_static_engine_plans_its_generation_phase():
+    cfg = load_config("qwen3-8b-qlora", ["rollout.engine=hf_static"])
+    names = [p.name for p in build_plan(resolve_batch_sizes(cfg, 80 * GIB)[0]).phases()]
+    assert "generation (128 rows)" in names  # its static cache is the plan's full-length KV

@@ -1,0 +1,71 @@
+"""Truncated importance sampling for a sampler that is not the training forward (docs/algorithms.md §4).
+
+rlkit recomputes π_old with the training forward, so the PPO ratio π_θ/π_old is 1 at the first
+update. A faster sampler (vLLM, the static-cache decode loop) draws the tokens from a slightly
+different policy π_s (other kernels, bf16 LoRA), and the policy gradient is then biased by
+π_old/π_s per token. Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework
+secretly brings you off-policy RL training"; TRL's ``vllm_importance_sampling_correction``)
+multiplies each token's policy-gradient term by the detached weight
+
+    w_t = min(π_old(y_t) / π_s(y_t), C)          C = ``loss.tis_cap``
+
+with both log-probs at the sampling temperature. ``loss.tis_cap: auto`` (the default) turns it on
+with C = 3 (TRL's ``vllm_importance_sampling_cap``) whenever the engine is not HF ``generate``,
+whose sampler *is* the training forward: there nothing is recorded and nothing changes. The
+mismatch is logged under TRL's names (``sampling/sampling_logp_difference/*``,
+``sampling/importance_sampling_ratio/*``) plus the share of clipped tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_cap
+# Engines whose sampling forward is the training model's own (HF generate): no correction.
+SAME_FORWARD_ENGINES = ("hf",)
+
+
+def resolve_tis_cap(tis_cap: float | str, engine: str) -> float | None:
+    """C for ``loss.tis_cap`` with ``rollout.engine`` (None: no correction).
+
+    ``auto``: :data:`DEFAULT_TIS_CAP` unless the engine is HF ``generate``; ``off``: never; a
+    number C > 0: always (on the HF path the weights are then 1 up to kernel noise).
+    """
+    if tis_cap == "auto":
+        return None if engine in SAME_FORWARD_ENGINES else DEFAULT_TIS_CAP
+    if tis_cap == "off":
+        return None
+    return float(tis_cap)
+
+
+def importance_weights(
+    old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Per-token min(exp(log π_old − log π_s), C), detached: a weight, never a gradient path.
+    A NaN sampler log-prob (a token the engine returned none for) gets weight 1."""
+    return torch.exp(torch.nan_to_num(old_logp.detach() - sampler_logp, nan=0.0)).clamp(max=cap)
+
+
+def mismatch_metrics(
+    old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> dict[str, float]:
+    """The sampler/trainer mismatch over the real tokens, under TRL's metric names, and the
+    share of tokens whose weight the cap clipped (``.../clipped_fraction``, rlkit's). Tokens
+    without a sampler log-prob (NaN) are left out."""
+    mask = mask.bool() & ~torch.isnan(sampler_logp)
+    delta = (old_logp - sampler_logp)[mask]
+    if delta.numel() == 0:
+        delta = torch.zeros(1, dtype=old_logp.dtype, device=old_logp.device)
+    ratio = torch.exp(delta)
+    weights = ratio.clamp(max=cap)
+    dtype = old_logp.dtype
+    return {
+        "sampling/sampling_logp_difference/mean": float(delta.abs().mean()),
+        "sampling/sampling_logp_difference/max": float(delta.abs().max()),
+        "sampling/importance_sampling_ratio/min": float(weights.min()),
+        "sampling/importance_sampling_ratio/mean": float(weights.mean()),
+        "sampling/importance_sampling_ratio/max": float(weights.max()),
+        "sampling/importance_sampling_ratio/clipped_fraction": float(
+            (ratio > cap).to(dtype).mean()
+        ),
+    }

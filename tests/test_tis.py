@@ -1,0 +1,136 @@
+"""Sampler log-probs and truncated importance sampling (rlkit.tis, docs/algorithms.md §4)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlkit.config import load_config
+from rlkit.logprobs import sequence_logprobs
+from rlkit.metrics import read_metrics
+from rlkit.rollout import concat_rollouts, generate_rollouts
+from rlkit.tis import DEFAULT_TIS_CAP, importance_weights, mismatch_metrics, resolve_tis_cap
+from rlkit.trainer import Trainer
+from tests.test_trainer import make_config
+
+PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
+TIS_KEYS = [
+    "sampling/sampling_logp_difference/mean",
+    "sampling/sampling_logp_difference/max",
+    "sampling/importance_sampling_ratio/min",
+    "sampling/importance_sampling_ratio/mean",
+    "sampling/importance_sampling_ratio/max",
+    "sampling/importance_sampling_ratio/clipped_fraction",
+]
+
+
+def test_weights_and_metrics_hand_example():
+    # π_old / π_s per token: e^0 = 1, e^{ln 2} = 2, e^{ln 4} = 4 → capped at 3, e^{-ln 2} = 0.5;
+    # the last token is padding and must not count.
+    old = torch.tensor(
+        [[0.0, math.log(2.0), math.log(4.0)], [-math.log(2.0), 0.0, 7.0]], dtype=torch.float64
+    )
+    sampler = torch.zeros(2, 3, dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    weights = importance_weights(old, sampler, cap=3.0)
+    expected = torch.tensor([[1.0, 2.0, 3.0], [0.5, 1.0, 3.0]], dtype=torch.float64)
+    assert torch.allclose(weights, expected, rtol=0, atol=1e-15)
+    metrics = mismatch_metrics(old, sampler, mask, cap=3.0)
+    deltas = [0.0, math.log(2.0), math.log(4.0), math.log(2.0), 0.0]
+    assert metrics == pytest.approx(
+        {
+            "sampling/sampling_logp_difference/mean": sum(deltas) / 5,
+            "sampling/sampling_logp_difference/max": math.log(4.0),
+            "sampling/importance_sampling_ratio/min": 0.5,
+            "sampling/importance_sampling_ratio/mean": (1 + 2 + 3 + 0.5 + 1) / 5,
+            "sampling/importance_sampling_ratio/max": 3.0,
+            "sampling/importance_sampling_ratio/clipped_fraction": 1 / 5,
+        },
+        abs=1e-12,
+    )
+    assert list(metrics) == TIS_KEYS
+
+
+def test_weights_carry_no_gradient_to_old_logprobs():
+    old = torch.zeros(1, 2, requires_grad=True)
+    assert not importance_weights(old, torch.zeros(1, 2), cap=2.0).requires_grad
+
+
+def test_tis_cap_resolution_and_validation():
+    assert resolve_tis_cap("auto", "hf") is None  # HF generate is the training forward
+    assert resolve_tis_cap("auto", "vllm") == DEFAULT_TIS_CAP
+    assert resolve_tis_cap("off", "vllm") is None
+    assert resolve_tis_cap(2.0, "hf") == 2.0
+    with pytest.raises(ValueError, match="loss.tis_cap"):
+        load_config("tiny-cpu", ["loss.tis_cap=sometimes"])
+    with pytest.raises(ValueError, match="loss.tis_cap"):
+        load_config("tiny-cpu", ["loss.tis_cap=0"])
+    with pytest.raises(ValueError, match="loss.ratio_temperature=sampling"):
+        load_config("tiny-cpu", ["loss.tis_cap=2", "loss.ratio_temperature=1.0"])
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.7])
+def test_hf_sampler_logprobs_are_the_sampling_distributions(tiny_model, tiny_tokenizer, top_p):
+    """Recording draws nothing (same tokens), and with top-p off the recorded log-probs are the
+    training forward's at the sampling temperature up to float noise (one step, one batch)."""
+    temps = torch.tensor([0.7, 1.0, 1.3, 1.0])
+    plain = generate_rollouts(
+        tiny_model, tiny_tokenizer, PROMPTS, temps, 6, top_p=top_p, generator_seed=3
+    )
+    recorded = generate_rollouts(
+        tiny_model,
+        tiny_tokenizer,
+        PROMPTS,
+        temps,
+        6,
+        top_p=top_p,
+        generator_seed=3,
+        record_logprobs=True,
+    )
+    assert plain.sampler_logp is None
+    assert torch.equal(plain.input_ids, recorded.input_ids)
+    mask = recorded.completion_mask
+    assert recorded.sampler_logp.shape == mask.shape
+    assert bool((recorded.sampler_logp[~mask] == 0).all())
+    assert bool(torch.isfinite(recorded.sampler_logp).all())
+    trainer_logp, _ = sequence_logprobs(tiny_model, recorded, temps)
+    if top_p == 1.0:
+        assert torch.allclose(recorded.sampler_logp[mask], trainer_logp[mask], atol=1e-5)
+    else:  # the nucleus renormalises: the sampled tokens are at least as likely as untruncated
+        assert bool((recorded.sampler_logp[mask] >= trainer_logp[mask] - 1e-5).all())
+    both = concat_rollouts([recorded, recorded.select([0])], tiny_tokenizer.pad_token_id)
+    assert torch.equal(both.sampler_logp[:4], recorded.sampler_logp)
+    with pytest.raises(ValueError, match="sampler_logp"):
+        concat_rollouts([recorded, plain], tiny_tokenizer.pad_token_id)
+
+
+def test_default_hf_path_records_nothing_and_logs_no_tis(tmp_path, tiny_model_dir):
+    cfg = make_config(tmp_path, tiny_model_dir)
+    assert cfg.loss.tis_cap == "auto"
+    trainer = Trainer(cfg)
+    assert trainer.update.tis_cap is None and not trainer.collector.record_logprobs
+    trainer.train()
+    assert not any(k.startswith("sampling/") for r in read_metrics(tmp_path) for k in r)
+
+
+def test_tis_on_the_hf_path_weights_one_and_logs_the_mismatch(tmp_path, tiny_model_dir):
+    """Forced on where the sampler is the training forward: the mismatch is float noise, no
+    token is clipped, and the metrics use TRL's names."""
+    Trainer(make_config(tmp_path, tiny_model_dir, "loss.tis_cap=2.0")).train()
+    rows = read_metrics(tmp_path)[1:]
+    for row in rows:
+        assert row["sampling/sampling_logp_difference/mean"] < 1e-4
+        assert row["sampling/importance_sampling_ratio/clipped_fraction"] == 0.0
+        assert abs(row["sampling/importance_sampling_ratio/mean"] - 1.0) < 1e-4
+        assert all(k in row for k in TIS_KEYS)
+
+
+def test_a_token_without_sampler_logprob_weighs_one_and_is_not_counted():
+    old = torch.tensor([[math.log(2.0), -1.0]], dtype=torch.float64)
+    sampler = torch.tensor([[0.0, math.nan]], dtype=torch.float64)
+    assert importance_weights(old, sampler, cap=3.0).tolist() == [[2.0, 1.0]]
+    metrics = mismatch_metrics(old, sampler, torch.ones(1, 2, dtype=torch.bool), cap=3.0)
+    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(math.log(2.0))
+    assert metrics["sampling/importance_sampling_ratio/min"] == pytest.approx(2.0)
