@@ -27,6 +27,7 @@ from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from rlkit.models.gguf import check_gguf_available, is_gguf
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
+from rlkit.tasks.word_problems import word_problem_task
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -59,13 +60,14 @@ class ModelConfig(ModelSpec):
 class TaskConfig:
     """Where prompts come from and how completions are scored.
 
-    ``name``: ``arithmetic`` (built-in), a math dataset short name (``gsm8k``, ``math500``, …) or
-    a local ``.jsonl``/``.json``/``.parquet`` path.
+    ``name``: ``arithmetic`` or ``word_problems`` (built-in), a math dataset short name
+    (``gsm8k``, ``math500``, …) or a local ``.jsonl``/``.json``/``.parquet`` path.
     """
 
     name: str = "arithmetic"
     eval_name: str | None = None  # defaults to the eval split of ``name``
     arithmetic: dict = field(default_factory=dict)  # ArithmeticTask fields, e.g. {"topics": [...]}
+    word_problems: dict = field(default_factory=dict)  # WordProblemTask fields (name=word_problems)
     template: str = "plain"
     chat_template: bool = False  # render prompts with the tokenizer's chat template
     num_train: int = 2000
@@ -85,6 +87,10 @@ class TaskConfig:
             if self.name != "arithmetic":
                 raise ValueError("task.arithmetic only applies to task.name=arithmetic")
             arithmetic_task(self.arithmetic)  # unknown fields and bad values fail here
+        if self.word_problems:
+            if self.name != "word_problems":
+                raise ValueError("task.word_problems only applies to task.name=word_problems")
+            word_problem_task(self.word_problems)
         if self.shift:
             self._check_shift()
         _choice("task.on_reward_error", self.on_reward_error, ("warn", "raise"))
@@ -611,7 +617,7 @@ def _check_dataset(key: str, name: str) -> None:
     if Path(name).suffix in LOCAL_FORMATS:
         if not Path(name).is_file():
             raise ValueError(f"{key}: dataset file not found: {name}")
-    elif name != "arithmetic":
+    elif name not in ("arithmetic", "word_problems"):
         try:
             resolve_spec(name)
         except ValueError as err:
