@@ -81,6 +81,8 @@ def test_the_builtin_id_resolves_to_its_cached_conversion(smollm2_cache, monkeyp
     info = json.loads((Path(path) / CONVERSION_INFO).read_text())
     assert info["gguf_sha256"] == gguf.file_sha256(gguf.gguf_path(SMOLLM2))
     assert info["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # the same file by its path: the same conversion (keyed by content, not by name)
+    assert resolve_checkpoint(str(gguf.gguf_path(SMOLLM2))) == path
     assert resolve_checkpoint("org/model") == "org/model"  # anything else passes through
 
 
