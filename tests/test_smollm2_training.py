@@ -2,8 +2,9 @@
 at the smallest scale that exercises them: 2 prompts × G = 4, 8 new tokens, LoRA r4.
 
 Eight tokens are too few for the model to answer, so the reward is replaced by a deterministic
-function of the completion text (an even number of characters scores 1): groups get mixed
-rewards, the advantages are non-zero, and every step moves the adapters."""
+function of the completion text with five levels (its length modulo 5): a group's rewards are
+almost never all equal, whatever the thread count does to the samples, so the advantages are
+non-zero and every step moves the adapters."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from rlkit.models.loading import ADAPTER_WEIGHTS
 from rlkit.trainer import Trainer
 
 
-def even_length(completion: str, answer: str) -> float:
-    return float(len(completion) % 2 == 0)
+def length_mod_5(completion: str, answer: str) -> float:
+    return (len(completion) % 5) / 4
 
 
 @pytest.fixture
 def smollm2_run(smollm2_cache, monkeypatch):
     """Builds a tiny smollm2-cpu config in the session's cache (where the model is converted)."""
     monkeypatch.setenv("RLKIT_CACHE", str(smollm2_cache))
-    monkeypatch.setitem(rewards.REWARD_FUNCTIONS, "math_verify", even_length)
+    monkeypatch.setitem(rewards.REWARD_FUNCTIONS, "math_verify", length_mod_5)
 
     def make(run_dir, *overrides):
         return load_config(
