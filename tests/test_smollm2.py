@@ -15,10 +15,11 @@ from test_rollout import manual_logprobs
 from transformers import LlamaForCausalLM
 
 from rlkit.config import load_config
+from rlkit.logprobs import sequence_logprobs
 from rlkit.models import gguf
 from rlkit.models.gguf import CONVERSION_INFO, SMOLLM2, resolve_checkpoint
 from rlkit.models.loading import ModelSpec, load_policy
-from rlkit.rollout import generate_rollouts, sequence_logprobs
+from rlkit.rollout import generate_rollouts
 from rlkit.tasks.chat import render_chat_prompt
 
 QUESTIONS = ["What is 17 + 25?", "Tom has 3 apples and buys 5 more. How many apples does he have?"]
