@@ -25,10 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import importlib.util
 import json
 import platform
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,15 +158,17 @@ def one_thread() -> Iterator[None]:
 def build_qlora_model(path: Path) -> str:
     """The 64-wide tiny Llama of tests/test_qlora.py (bitsandbytes' CPU 4-bit kernels need widths
     that are multiples of 64), built from a fixed seed with rlkit's character tokenizer."""
-    sys.path.insert(0, str(GOLDEN_DIR.parent))
-    try:
-        from conftest import CHARACTERS, build_tiny_llama
-    finally:
-        sys.path.pop(0)
+    # tests/conftest.py by its path: under pytest, the module named "conftest" can be another
+    # folder's (notebooks/conftest.py when the whole suite runs)
+    spec = importlib.util.spec_from_file_location(
+        "rlkit_tests_conftest", GOLDEN_DIR.parent / "conftest.py"
+    )
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
     from rlkit.models.tokenizer import build_char_tokenizer
 
-    tokenizer = build_char_tokenizer(CHARACTERS)
-    build_tiny_llama(len(tokenizer), hidden_size=64).save_pretrained(path)
+    tokenizer = build_char_tokenizer(fixtures.CHARACTERS)
+    fixtures.build_tiny_llama(len(tokenizer), hidden_size=64).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 
