@@ -40,7 +40,11 @@ class Collective(Protocol):
 
     def shard(self, items: Sequence[T], even: bool = True) -> list[T]:
         """This rank's contiguous share of a global list; ``even``: the length must divide
-        by the world size (training prompts), else the first ranks take one more (evaluation)."""
+        by the world size (training prompts), else the first ranks take one more."""
+
+    def share(self, n: int, block: int = 1) -> range:
+        """This rank's contiguous share of ``n`` items in whole blocks of ``block`` (the last
+        may be short), the first ranks taking one block more (evaluation's generation batches)."""
 
     def close(self) -> None:
         """Leave the process group if this object started it (nothing with one process)."""
@@ -66,20 +70,25 @@ class Local:
     def shard(self, items: Sequence[T], even: bool = True) -> list[T]:
         return list(items)
 
+    def share(self, n: int, block: int = 1) -> range:
+        return range(n)
+
     def close(self) -> None:
         pass
 
 
-def share_bounds(n: int, rank: int, world: int, even: bool = True) -> tuple[int, int]:
-    """Start and end of rank ``rank``'s contiguous share of ``n`` items."""
+def share_bounds(
+    n: int, rank: int, world: int, even: bool = True, block: int = 1
+) -> tuple[int, int]:
+    """Start and end of rank ``rank``'s contiguous share of ``n`` items, in whole blocks."""
     if even and n % world:
         raise ValueError(
             f"{n} rows cannot be split evenly over {world} processes: choose sizes that "
             f"divide by the world size ({world})"
         )
-    base, extra = divmod(n, world)
+    base, extra = divmod(-(-n // block), world)
     start = rank * base + min(rank, extra)
-    return start, start + base + (rank < extra)
+    return min(n, start * block), min(n, (start + base + (rank < extra)) * block)
 
 
 class TorchCollective:
@@ -118,6 +127,9 @@ class TorchCollective:
     def shard(self, items: Sequence[T], even: bool = True) -> list[T]:
         start, end = share_bounds(len(items), self.rank, self.world, even)
         return list(items[start:end])
+
+    def share(self, n: int, block: int = 1) -> range:
+        return range(*share_bounds(n, self.rank, self.world, even=False, block=block))
 
     def close(self) -> None:
         if self.owns_group and self.dist.is_initialized():

@@ -61,7 +61,7 @@ def generate_and_score(
         )
         rewards.append(scored.rewards.view(len(chunk), k))
         texts += rollouts.completion_texts
-    return torch.cat(rewards), texts
+    return (torch.cat(rewards) if rewards else torch.zeros(0, k)), texts
 
 
 def sampled_pass_rates(
@@ -124,9 +124,12 @@ def score_problems(
     max_new_tokens: int,
     batch_size: int = 512,
     engine="hf",
+    seed: int = EVAL_SEED,
 ) -> EvalScores:
     """Greedy and k sampled completions of every problem at ``temperature``, scored, generating
-    ``batch_size`` rows per call with ``engine``."""
+    ``batch_size`` rows per call with ``engine``. A shard of a larger evaluation that starts at
+    problem ``i`` (a multiple of ``batch_size // k``) passes ``seed=EVAL_SEED + i``: its samples
+    are then those of the whole evaluation's."""
     problems = list(problems)
     greedy, _ = generate_and_score(
         model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
@@ -140,6 +143,7 @@ def score_problems(
         temperature,
         max_new_tokens,
         batch_size,
-        engine=engine,
+        seed,
+        engine,
     )
     return EvalScores(greedy, sampled, majority_correct(texts, sampled))

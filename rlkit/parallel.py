@@ -41,7 +41,7 @@ class LogProbPass(torch.nn.Module):
         return _token_logprobs(self.model, *args, **kwargs)
 
 
-def _sum_allreduce(group, bucket: torch.distributed.GradBucket) -> torch.futures.Future:
+def _sum_allreduce(group, bucket):  # DDP checks these annotations as objects: none given
     """DDP comm hook: the sum of every rank's gradient bucket (DDP's default averages it)."""
     work = torch.distributed.all_reduce(bucket.buffer(), group=group, async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])
@@ -56,11 +56,7 @@ def wrap(model: torch.nn.Module, strategy: str, dist: Collective) -> torch.nn.Mo
         frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
         DDP._set_params_and_buffers_to_ignore_for_model(module, frozen)
         device = next(model.parameters()).device
-        ddp = DDP(
-            module,
-            device_ids=[device] if device.type == "cuda" else None,
-            broadcast_buffers=False,
-        )
+        ddp = DDP(module, device_ids=[device] if device.type == "cuda" else None)
         ddp.register_comm_hook(None, _sum_allreduce)
         return ddp
     if strategy == "fsdp2":
@@ -100,10 +96,12 @@ def unsharded(wrapped: torch.nn.Module | None) -> Iterator[None]:
     if not shards:
         yield
         return
-    for m in shards:
+    for m in shards:  # kept whole through every forward: ranks may run different numbers
         m.unshard()
+        m.set_reshard_after_forward(False)
     try:
         yield
     finally:
         for m in shards:
+            m.set_reshard_after_forward(True)
             m.reshard()

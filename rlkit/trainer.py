@@ -30,7 +30,7 @@ from rlkit.checkpoint import open_run, save_checkpoint
 from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import collective, rank_device, rank_seed
-from rlkit.evaluation import EvalScores, sampled_pass_rates, score_problems
+from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
@@ -301,19 +301,22 @@ class Trainer:
     # ------------------------------------------------------------ eval, saving
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected);
-        with several processes each rank scores its share of the problems."""
+        with several processes each rank scores its share of the problems, in whole generation
+        batches of the sampled pass, so its samples are those one process draws."""
         ev = self.cfg.eval
+        mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
         with self.finite_sampling(), self.full_weights():
             scores = score_problems(
                 self.policy.model,
                 self.policy.tokenizer,
-                self.dist.shard(self.eval_problems, even=False),
+                self.eval_problems[mine.start : mine.stop],
                 self.collector.scorer,
                 ev.k,
                 ev.temperature,
                 self.cfg.rollout.max_new_tokens,
                 self.eval_batch_size,
                 self.eval_engine,
+                EVAL_SEED + mine.start,
             )
         return EvalScores.cat(self.dist.all_gather_object(scores)).summary()
 

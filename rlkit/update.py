@@ -251,8 +251,8 @@ class PolicyUpdate:
                             loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
                             kl = masked_mean(kl_tok.detach(), m)
                         # the global mini-batch's share: the ranks' gradients are summed
-                        weight = (
-                            (m.sum() / mb_tokens)
+                        weight = (  # in the loss's precision (float64 models: exactly)
+                            (m.sum().to(loss_tok.dtype) / mb_tokens.to(loss_tok.dtype))
                             if cfg.loss.loss_agg == "token-mean"
                             else len(idx) / (len(mb) * world)
                         )
