@@ -36,9 +36,12 @@ def _train(args) -> None:
         cfg = saved_config(Path(cfg.output_dir), args.overrides)
     _check_gpu_memory(cfg)
     try:
-        evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
+        trainer = Trainer(cfg, resume=args.resume, overwrite=args.overwrite)
+        evals = trainer.train()
     except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
         raise ValueError(str(err)) from None
+    if trainer.dist.rank:  # several processes (torchrun): rank 0 reports
+        return
     for row in evals:
         print(json.dumps(row))
     print(f"run saved in {cfg.output_dir}")

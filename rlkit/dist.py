@@ -46,6 +46,9 @@ class Collective(Protocol):
         """This rank's contiguous share of ``n`` items in whole blocks of ``block`` (the last
         may be short), the first ranks taking one block more (evaluation's generation batches)."""
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+
     def close(self) -> None:
         """Leave the process group if this object started it (nothing with one process)."""
 
@@ -72,6 +75,9 @@ class Local:
 
     def share(self, n: int, block: int = 1) -> range:
         return range(n)
+
+    def barrier(self) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -130,6 +136,9 @@ class TorchCollective:
 
     def share(self, n: int, block: int = 1) -> range:
         return range(*share_bounds(n, self.rank, self.world, even=False, block=block))
+
+    def barrier(self) -> None:
+        self.dist.barrier()
 
     def close(self) -> None:
         if self.owns_group and self.dist.is_initialized():

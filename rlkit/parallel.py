@@ -12,7 +12,7 @@ log-prob pass of one micro-batch a module's forward, and that module is what is 
   trainable ones start from rank 0's (DDP broadcasts them), so a LoRA initialised from each
   rank's own seed still starts identical everywhere.
 - ``fsdp2``: ``fully_shard`` on every decoder layer and on the :class:`LogProbPass` root, with
-  the gradient divide factor 1 (summed, as above). Generation and saving run the model outside
+  gradients summed as above (divide factor 1, a plain sum-reduction). Generation and saving run the model outside
   that root, so :func:`unsharded` gathers the full weights around them.
 """
 
@@ -69,8 +69,12 @@ def wrap(model: torch.nn.Module, strategy: str, dist: Collective) -> torch.nn.Mo
         for layer in _decoder_layers(model):
             fully_shard(layer)
         fully_shard(module)
-        for sharded in _fsdp_modules(module):
+        # FSDP2 takes the first module to run forward for its root; generation runs the layers
+        # before any log-prob pass does, so the root is settled here (torch's own lazy init)
+        module._get_fsdp_state()._lazy_init()
+        for sharded in _fsdp_modules(module):  # a plain sum (gloo has no pre-scaled sum)
             sharded.set_gradient_divide_factor(1.0)
+            sharded.set_force_sum_reduction_for_comms(True)
         return module
     raise ValueError(f"parallel.strategy={strategy!r}; known: {list(STRATEGIES)}")
 
@@ -82,17 +86,24 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(getattr(decoder, "layers", []))
 
 
-def _fsdp_modules(module: torch.nn.Module) -> list:
+def _fsdp_modules(module: torch.nn.Module | None) -> list:
+    if module is None:
+        return []
     from torch.distributed.fsdp import FSDPModule
 
     return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+def sharded(wrapped: torch.nn.Module | None) -> bool:
+    """Whether ``wrapped`` shards the weights (FSDP2)."""
+    return bool(_fsdp_modules(wrapped))
 
 
 @contextlib.contextmanager
 def unsharded(wrapped: torch.nn.Module | None) -> Iterator[None]:
     """The full weights in place for code that runs the model outside the FSDP2 root
     (generation, evaluation, saving); nothing to do for DDP or one process."""
-    shards = _fsdp_modules(wrapped) if wrapped is not None else []
+    shards = _fsdp_modules(wrapped)
     if not shards:
         yield
         return
@@ -105,3 +116,41 @@ def unsharded(wrapped: torch.nn.Module | None) -> Iterator[None]:
         for m in shards:
             m.set_reshard_after_forward(True)
             m.reshard()
+
+
+def _full() -> object:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_weights_state(wrapped: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """FSDP2: the policy's whole state dict (rank 0 holds it; a collective), keys as the
+    unwrapped model names them."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state = get_model_state_dict(wrapped, options=_full())
+    return {name.removeprefix("model."): value for name, value in state.items()}
+
+
+def optimizer_state(wrapped: torch.nn.Module | None, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimizer's state as a checkpoint holds it once: FSDP2's shards gathered into the
+    whole state (keyed by parameter name; a collective), else the optimizer's own."""
+    if not sharded(wrapped):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(wrapped, optimizer, options=_full())
+
+
+def load_optimizer_state(
+    wrapped: torch.nn.Module | None, optimizer: torch.optim.Optimizer, state: dict
+) -> None:
+    """Inverse of :func:`optimizer_state` (every rank passes the whole state)."""
+    if not sharded(wrapped):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    set_optimizer_state_dict(wrapped, optimizer, optim_state_dict=state, options=options)

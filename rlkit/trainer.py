@@ -35,7 +35,14 @@ from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
-from rlkit.parallel import unsharded, wrap
+from rlkit.parallel import (
+    full_weights_state,
+    load_optimizer_state,
+    optimizer_state,
+    sharded,
+    unsharded,
+    wrap,
+)
 from rlkit.phases import Phases
 from rlkit.plan import resolve_for_device
 from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config
@@ -136,6 +143,9 @@ class Trainer:
         plan = PassPlan.from_config(cfg, self.method)
         self.policy: Policy = load_policy(ModelSpec(**spec), keep_reference=plan.reference)
         self.passes = plan.for_model(self.policy.model)
+        state = checkpoint.state if checkpoint else None
+        if state:  # the checkpoint's weights, before any wrapper shards them
+            self.load_policy_state(checkpoint.path / "policy")
         # several processes: every pass of the policy runs through its DDP/FSDP2 wrapper, and
         # code that runs the model outside it (generation, saving) needs the full weights
         self.parallel = None
@@ -178,7 +188,6 @@ class Trainer:
         self.step_count = 0
         self.tokens = {"tokens_generated": 0, "tokens_probe": 0}
 
-        state = checkpoint.state if checkpoint else None
         pass_rates = None
         if cfg.rollout.order == "difficulty":
             pass_rates = state["curriculum_pass_rates"] if state else self.starting_pass_rates()
@@ -324,7 +333,7 @@ class Trainer:
         update = self.update
         return {
             "step": self.step_count,
-            "optimizer": update.optimizer.state_dict(),
+            "optimizer": optimizer_state(self.parallel, update.optimizer),
             "scheduler": update.scheduler.state_dict(),
             "rng": rng_state(),  # rank 0's; the others' follow (several processes)
             **self.method.state_dict(),  # estimator, cluster_index, *_ctl, previous_stats
@@ -357,8 +366,8 @@ class Trainer:
             ) from None
 
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        self.load_policy_state(checkpoint / "policy")
-        self.update.optimizer.load_state_dict(state["optimizer"])
+        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping)."""
+        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
         self.update.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
@@ -379,17 +388,18 @@ class Trainer:
     def save(self) -> Path | None:
         """The checkpoint of this step, written by rank 0 (every rank gathers its part)."""
         state = self.state_dict()
-        with self.full_weights():
-            if not self.writes:
-                return None
-            return save_checkpoint(
-                self.run_dir,
-                self.step_count,
-                self.policy,
-                state,
-                self.cfg.keep_checkpoints,
-                self.run_id,
-            )
+        weights = full_weights_state(self.parallel) if sharded(self.parallel) else None
+        if not self.writes:
+            return None
+        return save_checkpoint(
+            self.run_dir,
+            self.step_count,
+            self.policy,
+            state,
+            self.cfg.keep_checkpoints,
+            self.run_id,
+            weights,
+        )
 
     # ----------------------------------------------------------------------- run
     def eval_due(self) -> bool:
@@ -427,6 +437,7 @@ class Trainer:
                     cfg.checkpoint_every and self.step_count % cfg.checkpoint_every == 0
                 ):
                     self.save()
+            self.dist.barrier()  # every rank is done before any leaves the process group
         finally:
             bar.close()
             self.close()
