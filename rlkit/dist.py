@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
+
+if TYPE_CHECKING:
+    from rlkit.config import TrainConfig
 
 T = TypeVar("T")
 
@@ -177,3 +180,19 @@ def rank_seed(seed: int, rank: int) -> int:
     """Rank ``rank``'s generation seed: rank 0 keeps ``seed`` (one process's stream); the others
     draw apart from every other run's rank 0 as well."""
     return seed if rank == 0 else (seed + 1_000_003 * rank) % 2**32
+
+
+def check_world(cfg: TrainConfig, world: int) -> None:
+    """Each of ``world`` processes trains an equal share of every batch and mini-batch: the
+    sizes must divide by the world size (a ValueError names the key)."""
+    if world == 1:
+        return
+    for key, value in {
+        "rollout.num_prompts": cfg.rollout.num_prompts,
+        "optim.mini_batch_size": cfg.optim.mini_batch_size,
+    }.items():
+        if value % world:
+            raise ValueError(
+                f"{key}={value} does not divide by the {world} processes: each trains an equal "
+                f"share (choose a multiple of {world})"
+            )

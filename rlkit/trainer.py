@@ -29,7 +29,7 @@ from rlkit.batch import BatchRows, Groups, PolicyPass, StepRecord, TrainBatch
 from rlkit.checkpoint import open_run, save_checkpoint
 from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
-from rlkit.dist import collective, rank_device, rank_seed
+from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
@@ -67,22 +67,6 @@ def resolve_model_path(cfg: TrainConfig) -> str:
     from rlkit.models.tiny import shipped_tiny_policy
 
     return str(shipped_tiny_policy())
-
-
-def check_world(cfg: TrainConfig, world: int) -> None:
-    """Each of ``world`` processes trains an equal share of every batch and mini-batch: the
-    sizes must divide by the world size (a ValueError names the key)."""
-    if world == 1:
-        return
-    for key, value in {
-        "rollout.num_prompts": cfg.rollout.num_prompts,
-        "optim.mini_batch_size": cfg.optim.mini_batch_size,
-    }.items():
-        if value % world:
-            raise ValueError(
-                f"{key}={value} does not divide by the {world} processes: each trains an equal "
-                f"share (choose a multiple of {world})"
-            )
 
 
 class Trainer:
@@ -162,7 +146,8 @@ class Trainer:
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
-        sized, notes = resolve_for_device(cfg)  # auto batch sizes from the device's memory
+        # auto batch sizes from the device's memory, for this process's share of the rows
+        sized, notes = resolve_for_device(cfg, self.dist.world)
         for note in notes:
             tqdm.write(note)
         self.eval_batch_size = sized.eval.batch_size

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlkit.config import load_config
-from rlkit.dist import Local, rank_seed, share_bounds
-from rlkit.trainer import check_world
+from rlkit.dist import Local, check_world, rank_seed, share_bounds
 
 
 @pytest.mark.parametrize("n,world", [(8, 2), (12, 3), (16, 4)])
@@ -48,3 +47,18 @@ def test_bad_strategy_and_fsdp2_with_qlora_are_refused():
         load_config("tiny-cpu", ["parallel.strategy=zero3"])
     with pytest.raises(ValueError, match="parallel.strategy=fsdp2 with model.mode=qlora"):
         load_config("tiny-cpu", ["parallel.strategy=fsdp2", "model.mode=qlora"])
+
+
+def test_the_plan_is_one_process_share():
+    from rlkit.plan import build_plan
+
+    cfg = load_config("qwen3-8b-qlora", ["rollout.generation_batch_size=0"])
+    one, two = build_plan(cfg), build_plan(cfg, world=2)
+    assert two.rows * 2 == one.rows and two.trainable() == one.trainable()  # DDP replicates
+    sharded = build_plan(
+        load_config("qwen3-8b-qlora", ["parallel.strategy=fsdp2", "model.mode=lora"]), world=2
+    )
+    assert (
+        sharded.trainable() * 2
+        == build_plan(load_config("qwen3-8b-qlora", ["model.mode=lora"])).trainable()
+    )
