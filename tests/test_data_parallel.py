@@ -234,3 +234,21 @@ def test_two_processes_learn_the_default_task(tmp_path):
     evals = [r for r in rows if "eval/greedy_accuracy" in r]
     start, end = evals[0]["eval/greedy_accuracy"], evals[-1]["eval/greedy_accuracy"]
     assert end >= start + 0.05, (start, end)
+
+
+def test_accelerate_launch_multi_gpu_starts_two_processes_on_the_cpu(tmp_path):
+    """``accelerate launch --multi_gpu --num_processes 2`` (its ``--cpu`` starts one process)
+    runs the same data-parallel trainer: the checkpoint records two ranks' RNG streams."""
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    accelerate += ["--num_processes=2", "--num_machines=1", "--mixed_precision=no"]
+    accelerate += ["--dynamo_backend=no", "-m", "rlkit", "train", f"output_dir={tmp_path}"]
+    done = subprocess.run(
+        [*accelerate, *RUN[1:], "steps=1", "checkpoint_every=0"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = torch.load(tmp_path / "checkpoints" / "step_000001" / "trainer_state.pt")
+    assert state["world_size"] == 2 and len(state["rank_rng"]) == 2
