@@ -11,7 +11,7 @@ once, as CleanRL indexes its ``b_*[mb_inds]`` buffers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -66,6 +66,10 @@ class Groups:
             self.temperatures[rows],
             None if self.probe_stats is None else self.probe_stats.select(rows),
         )
+
+    def to(self, device: torch.device | str) -> Groups:
+        """The groups with their rollouts on ``device`` (rewards and temperatures stay on the CPU)."""
+        return replace(self, rollouts=self.rollouts.to(device))
 
     @staticmethod
     def cat(parts: Sequence[Groups], pad_token_id: int) -> Groups:
@@ -152,11 +156,21 @@ class CollectStats:
     reward_failures: int = 0
 
 
+@dataclass(frozen=True)
+class BatchRows:
+    """What the step's metrics read of the whole batch's rows (every rank's, in global order)."""
+
+    lengths: torch.Tensor  # [B] completion lengths
+    truncated: torch.Tensor  # [B] bool: the completion hit max_new_tokens
+    entropy: torch.Tensor | None  # mean token entropy of π_old (None: not logged)
+
+
 @dataclass
 class StepRecord:
-    """Everything one step produced, for ``rlkit.step_metrics.step_metrics``."""
+    """Everything one step produced, for ``rlkit.step_metrics.step_metrics``; every field is
+    the whole batch's (with several processes, every rank's)."""
 
-    groups: Groups
+    rows: BatchRows
     rewards: torch.Tensor  # [P, G] of the whole batch
     advantages: AdvantageResult
     row_advantages: torch.Tensor  # [B] as trained on
@@ -167,4 +181,3 @@ class StepRecord:
     learning_rate: float
     counters: dict[str, int]
     seconds: dict[str, float]
-    log_entropy: bool

@@ -84,17 +84,24 @@ def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, policy, state: dict, keep: int = 2, run_id: str = ""
+    run_dir: Path,
+    step: int,
+    policy,
+    state: dict,
+    keep: int = 2,
+    run_id: str = "",
+    weights: dict | None = None,
 ) -> Path:
     """Write ``step``'s checkpoint atomically (manifest last), point ``latest`` at it, then keep
-    the ``keep`` newest checkpoints of run ``run_id`` (other runs' checkpoints are never deleted)."""
+    the ``keep`` newest checkpoints of run ``run_id`` (other runs' checkpoints are never deleted).
+    ``weights``: the policy's state dict when the policy holds only a shard of it (FSDP2)."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    policy.save(tmp / "policy")
+    policy.save(tmp / "policy", weights)
     torch.save(state, tmp / TRAINER_STATE)
     files = {name: _sha256(tmp / name) for name in _files(tmp)}
     manifest = {"run_id": run_id, "step": step, "files": files}

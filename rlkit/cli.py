@@ -36,9 +36,12 @@ def _train(args) -> None:
         cfg = saved_config(Path(cfg.output_dir), args.overrides)
     _check_gpu_memory(cfg)
     try:
-        evals = Trainer(cfg, resume=args.resume, overwrite=args.overwrite).train()
+        trainer = Trainer(cfg, resume=args.resume, overwrite=args.overwrite)
+        evals = trainer.train()
     except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
         raise ValueError(str(err)) from None
+    if trainer.dist.rank:  # several processes (torchrun): rank 0 reports
+        return
     for row in evals:
         print(json.dumps(row))
     print(f"run saved in {cfg.output_dir}")
@@ -53,15 +56,20 @@ def _check_gpu_memory(cfg) -> None:
 
     if cfg.model.name_or_path == BUILTIN_MODEL or cfg.model.torch_device.type != "cuda":
         return
+    from rlkit.dist import launched_world
     from rlkit.plan import build_plan, check_fits, resolve_for_device
 
     device = cfg.model.torch_device
-    sized, _ = resolve_for_device(cfg)  # auto batch sizes as the trainer will resolve them
-    check_fits(build_plan(sized), torch.cuda.get_device_properties(device).total_memory)
+    world = launched_world()  # torchrun: each process's share
+    sized, _ = resolve_for_device(cfg, world)  # auto batch sizes as the trainer resolves them
+    check_fits(
+        build_plan(sized, world=world), torch.cuda.get_device_properties(device).total_memory
+    )
 
 
 def _plan(args) -> None:
     from rlkit.config import load_config
+    from rlkit.dist import check_world
     from rlkit.plan import (
         DEFAULT_HEADROOM,
         GIB,
@@ -78,12 +86,15 @@ def _plan(args) -> None:
     if args.gpu_mem is not None:
         check_gpu_mem(args.gpu_mem)
         gpu_bytes = args.gpu_mem * GIB
-    cfg, notes = resolve_batch_sizes(
-        load_config(args.config, args.overrides), gpu_bytes, args.prompt_tokens, headroom
-    )
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    cfg = load_config(args.config, args.overrides)
+    check_world(cfg, args.nproc)
+    cfg, notes = resolve_batch_sizes(cfg, gpu_bytes, args.prompt_tokens, headroom, args.nproc)
     for note in notes:
         print(note)
-    print(format_plan(build_plan(cfg, args.prompt_tokens), args.gpu_mem, headroom))
+    plan = build_plan(cfg, args.prompt_tokens, args.nproc)
+    print(format_plan(plan, args.gpu_mem, headroom))
 
 
 def _eval(args) -> None:
@@ -210,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", default="qwen3-8b-qlora", help="preset name or YAML path")
     plan.add_argument("--gpu-mem", type=float, help="GPU memory in GiB: print the largest chunks")
     plan.add_argument("--prompt-tokens", type=int, default=512, help="assumed prompt length")
+    plan.add_argument(
+        "--nproc", type=int, default=1, help="processes (torchrun): plan one process's share"
+    )
     plan.add_argument(
         "--headroom", type=float, help="fraction of --gpu-mem kept free, in [0, 1) (default 0.1)"
     )

@@ -6,11 +6,16 @@ prompt's temperature (HF ``generate`` or the vLLM engine), scores them and shape
 groups (the method decides how: AGPO probes first) and, with DAPO's dynamic sampling, drops the
 groups of identical rewards and draws more prompts until P remain or ``max_gen_batches`` rounds
 are spent.
+
+With several processes (``rlkit.dist``) every rank draws the same P prompts and generates its
+contiguous share; DAPO's filter then runs on every rank's groups gathered in global order, so
+the refill decisions are the same everywhere, and each rank trains its share of the P kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -18,6 +23,7 @@ from rlkit.batch import CollectStats, Groups
 from rlkit.config import RolloutConfig, TrainConfig
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
+from rlkit.dist import Collective, Local
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
@@ -38,6 +44,8 @@ class Collector:
         phases: Phases,
         engine=None,
         record_logprobs: bool = False,
+        dist: Collective | None = None,
+        full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ):
         self.policy, self.scorer, self.cfg, self.phases, self.engine = (
             policy,
@@ -46,13 +54,21 @@ class Collector:
             phases,
             engine,
         )
+        # the ranks, and the full weights for generating outside FSDP2's root (rlkit.parallel)
+        self.dist, self.full_weights = dist or Local(), full_weights
         # the sampler's log-probs, for truncated importance sampling (rlkit.tis)
         self.record_logprobs = record_logprobs
         self.probe_tokens = self.reward_failures = 0  # this draw's
 
     @classmethod
     def from_config(
-        cls, cfg: TrainConfig, policy: Policy, phases: Phases, prompts: Sequence[str] = ()
+        cls,
+        cfg: TrainConfig,
+        policy: Policy,
+        phases: Phases,
+        prompts: Sequence[str] = (),
+        dist: Collective | None = None,
+        full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> Collector:
         """The run's collector: its reward scorer (in-process or a worker pool) and, with
         ``rollout.engine=vllm``, the vLLM engine, sized for the longest of ``prompts`` plus
@@ -73,7 +89,7 @@ class Collector:
             on_error=cfg.task.on_reward_error,
         )
         record = resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
-        return cls(policy, scorer, cfg.rollout, phases, engine, record)
+        return cls(policy, scorer, cfg.rollout, phases, engine, record, dist, full_weights)
 
     def __call__(
         self,
@@ -92,18 +108,19 @@ class Collector:
         if self.engine is not None:
             rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
         else:
-            rollouts = generate_in_batches(
-                self.policy.model,
-                self.policy.tokenizer,
-                prompts,
-                temps,
-                ro.max_new_tokens,
-                ro.generation_batch_size or None,
-                top_p=ro.top_p,
-                top_k=ro.top_k,
-                record_logprobs=self.record_logprobs,
-                engine=ro.engine,
-            )
+            with self.full_weights():
+                rollouts = generate_in_batches(
+                    self.policy.model,
+                    self.policy.tokenizer,
+                    prompts,
+                    temps,
+                    ro.max_new_tokens,
+                    ro.generation_batch_size or None,
+                    top_p=ro.top_p,
+                    top_k=ro.top_k,
+                    record_logprobs=self.record_logprobs,
+                    engine=ro.engine,
+                )
         with self.phases("score"):
             scored = self.scorer.score(
                 rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
@@ -135,14 +152,16 @@ class Collector:
         return Groups.cat(parts, self.policy.tokenizer.pad_token_id)
 
     def draw(self, prompts: PromptSampler, method) -> tuple[Groups, CollectStats]:
-        """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``)."""
-        ro = self.cfg
+        """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``);
+        with several processes, this rank's share of them (the counts are the global ones)."""
+        ro, dist = self.cfg, self.dist
         parts, dropped, batches = [], 0, 0
         self.probe_tokens = self.reward_failures = 0
         while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
-            groups = method.groups(prompts.next_batch(ro.num_prompts), self)
+            groups = method.groups(dist.shard(prompts.next_batch(ro.num_prompts)), self)
             batches += 1
             if ro.dynamic_sampling:
+                groups = self.gathered(groups)  # the filter decides on the global batch
                 keep = informative_groups(groups.rewards)
                 dropped += int((~keep).sum())
                 if not keep.any() and (parts or batches < ro.max_gen_batches):
@@ -154,4 +173,21 @@ class Collector:
         groups = self.cat(parts)
         if len(groups.problems) > ro.num_prompts:
             groups = groups.select(torch.arange(len(groups.problems)) < ro.num_prompts)
-        return groups, CollectStats(batches, dropped, self.probe_tokens, self.reward_failures)
+        if ro.dynamic_sampling and dist.world > 1:
+            # a short batch is cut to a multiple of the world size: every rank trains as many
+            # rows (DDP's gradient reductions must match up)
+            usable = len(groups.problems) - len(groups.problems) % dist.world
+            dropped += len(groups.problems) - usable
+            mine = torch.zeros(len(groups.problems), dtype=torch.bool)
+            mine[dist.shard(range(usable))] = True
+            groups = groups.select(mine)
+        total = dist.all_reduce_sum(torch.tensor([self.probe_tokens, self.reward_failures]))
+        return groups, CollectStats(batches, dropped, int(total[0]), int(total[1]))
+
+    def gathered(self, groups: Groups) -> Groups:
+        """Every rank's groups in global order (the same on every rank); one process: ``groups``."""
+        if self.dist.world == 1:
+            return groups
+        device = groups.rollouts.input_ids.device
+        parts = self.dist.all_gather_object(groups.to("cpu"))
+        return self.cat([p.to(device) for p in parts])

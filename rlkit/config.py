@@ -343,6 +343,19 @@ class EvalConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Data parallelism, when a launcher (``torchrun``, ``accelerate launch``) starts several
+    processes (``rlkit.dist``, ``rlkit.parallel``); one process ignores it. ``strategy``:
+    ``ddp`` replicates the trainable weights and sums gradients; ``fsdp2`` shards weights,
+    gradients and optimizer state (``fully_shard``; not with model.mode=qlora)."""
+
+    strategy: str = "ddp"  # ddp | fsdp2
+
+    def __post_init__(self):
+        _choice("parallel.strategy", self.strategy, ("ddp", "fsdp2"))
+
+
+@dataclass
 class TrainConfig:
     """One training run."""
 
@@ -362,6 +375,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def __post_init__(self):
         self.output_dir = expand_path("output_dir", self.output_dir)
@@ -622,6 +636,11 @@ def check_combination(cfg: TrainConfig) -> None:
         raise ValueError(
             "loss.loss_mode=kl_cov with agpo.enabled=true and agpo.adaptive_clip=true: KL-Cov's "
             "surrogate has no ratio clip for AGPO's ε to set; set agpo.adaptive_clip=false"
+        )
+    if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
+        raise ValueError(
+            "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
+            "bitsandbytes' 4-bit weights; use parallel.strategy=ddp"
         )
     if cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing:
         raise ValueError(

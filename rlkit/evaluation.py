@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -60,7 +61,7 @@ def generate_and_score(
         )
         rewards.append(scored.rewards.view(len(chunk), k))
         texts += rollouts.completion_texts
-    return torch.cat(rewards), texts
+    return (torch.cat(rewards) if rewards else torch.zeros(0, k)), texts
 
 
 def sampled_pass_rates(
@@ -85,7 +86,35 @@ def majority_correct(texts: Sequence[str], rewards: torch.Tensor) -> torch.Tenso
     return torch.tensor(out)
 
 
-def evaluate(
+@dataclass
+class EvalScores:
+    """Per-problem results: greedy rewards [P, 1], k sampled rewards [P, k] and Maj@k [P]."""
+
+    greedy: torch.Tensor
+    sampled: torch.Tensor
+    majority: torch.Tensor
+
+    @staticmethod
+    def cat(parts: Sequence[EvalScores]) -> EvalScores:
+        """Shards of the problems, in order (a sharded evaluation, gathered)."""
+        if len(parts) == 1:
+            return parts[0]
+        return EvalScores(*(torch.cat([getattr(p, f) for p in parts]) for f in EVAL_FIELDS))
+
+    def summary(self) -> dict:
+        """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples) and ``eval/maj@k``."""
+        k = self.sampled.shape[1]
+        return {
+            "eval/greedy_accuracy": float((self.greedy > 0.5).float().mean()),
+            "eval/pass@1": float((self.sampled > 0.5).float().mean()),
+            f"eval/maj@{k}": float(self.majority.mean()),
+        }
+
+
+EVAL_FIELDS = ("greedy", "sampled", "majority")
+
+
+def score_problems(
     model,
     tokenizer,
     problems,
@@ -95,9 +124,12 @@ def evaluate(
     max_new_tokens: int,
     batch_size: int = 512,
     engine="hf",
-) -> dict:
-    """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples at ``temperature``) and
-    ``eval/maj@k`` on ``problems``, generating ``batch_size`` rows per call with ``engine``."""
+    seed: int = EVAL_SEED,
+) -> EvalScores:
+    """Greedy and k sampled completions of every problem at ``temperature``, scored, generating
+    ``batch_size`` rows per call with ``engine``. A shard of a larger evaluation that starts at
+    problem ``i`` (a multiple of ``batch_size // k``) passes ``seed=EVAL_SEED + i``: its samples
+    are then those of the whole evaluation's."""
     problems = list(problems)
     greedy, _ = generate_and_score(
         model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
@@ -111,10 +143,7 @@ def evaluate(
         temperature,
         max_new_tokens,
         batch_size,
-        engine=engine,
+        seed,
+        engine,
     )
-    return {
-        "eval/greedy_accuracy": float((greedy > 0.5).float().mean()),
-        "eval/pass@1": float((sampled > 0.5).float().mean()),
-        f"eval/maj@{k}": float(majority_correct(texts, sampled).mean()),
-    }
+    return EvalScores(greedy, sampled, majority_correct(texts, sampled))

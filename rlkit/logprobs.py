@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 import torch.utils.checkpoint
@@ -181,6 +182,7 @@ def sequence_logprobs(
     micro_batch_size: int | None = None,
     chunk_size: int | None = None,
     share_prompts: bool = False,
+    micro_pass: torch.nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
 
@@ -192,7 +194,9 @@ def sequence_logprobs(
     Memory: ``micro_batch_size`` rows go through the model at a time and the output head sees
     ``chunk_size`` completion positions at a time (None: all of them), so the largest
     full-vocabulary tensor is [micro_batch_size, chunk_size, V]. ``share_prompts``: rows of a
-    micro-batch with the same prompt share its forward (`_completion_states`).
+    micro-batch with the same prompt share its forward (`_completion_states`). ``micro_pass``:
+    the module whose forward runs one micro-batch of ``model`` (a DDP- or FSDP2-wrapped
+    :class:`rlkit.parallel.LogProbPass`, so that gradients synchronise); None: `_token_logprobs`.
     """
     rows = len(batch)
     device = model_device(model)
@@ -210,11 +214,11 @@ def sequence_logprobs(
         raise ValueError(f"chunk_size must be >= 1 (or None), got {chunk_size}")
 
     batch = batch.to(device)
+    run = micro_pass if micro_pass is not None else partial(_token_logprobs, model)
     logps, entropies = [], []
     for start in range(0, rows, step):
         part = slice(start, start + step)
-        logp, entropy = _token_logprobs(
-            model,
+        logp, entropy = run(
             batch.input_ids[part],
             batch.attention_mask[part],
             batch.prompt_length,
@@ -235,10 +239,17 @@ class PolicyForward:
     """`sequence_logprobs` in the configured memory bounds, as the step's passes: ``micro`` rows
     per pass (default the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size``
     positions per head call, sharing each prompt's forward across its rows with
-    ``optim.share_prompt_forward``."""
+    ``optim.share_prompt_forward``. ``parallel``: the policy's data-parallel log-prob pass
+    (``rlkit.parallel.wrap``), which every pass of the policy then runs through."""
 
-    def __init__(self, policy: Policy, cfg: TrainConfig, phases: Phases):
-        self.policy, self.phases = policy, phases
+    def __init__(
+        self,
+        policy: Policy,
+        cfg: TrainConfig,
+        phases: Phases,
+        parallel: torch.nn.Module | None = None,
+    ):
+        self.policy, self.phases, self.parallel = policy, phases, parallel
         self.opt, self.ratio_temperature = cfg.optim, cfg.loss.ratio_temperature
 
     def __call__(self, model, rollouts, temps, compute_entropy=False, micro=None):
@@ -252,6 +263,7 @@ class PolicyForward:
             micro,
             opt.logprob_chunk_size or None,
             opt.share_prompt_forward,
+            self.parallel if model is self.policy.model else None,
         )
 
     def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:

@@ -249,24 +249,29 @@ class AGPO(Method):
         return {"agpo/kl_drift": kl}
 
     def remember(self, groups: Groups) -> None:
-        """For probe ``previous``: each prompt's training-group statistics, and the batch mean."""
+        """For probe ``previous``: each prompt's training-group statistics, and the batch mean
+        (every rank's prompts: a prompt may go to another rank next time)."""
         if self.probe_mode != "previous":
             return
         stats = ProbeStats.from_rewards(groups.rewards, groups.answers, self.dispersion)
-        for i, problem in enumerate(groups.problems):
+        stats = gather_stats(stats, self.dist)
+        problems = [p for part in self.dist.all_gather_object(groups.problems) for p in part]
+        for i, problem in enumerate(problems):
             self.previous_stats[problem.id] = stats.select([i])
         self.previous_stats["__batch__"] = ProbeStats(
             *(getattr(stats, f).mean().reshape(1) for f in STAT_FIELDS)
         )
 
     def metrics(self, groups: Groups, old: PolicyPass) -> dict:
-        out = summary("agpo/temperature", groups.temperatures)
+        """The controllers' signals over every rank's prompts."""
+        gather = self.dist.all_gather
+        out = summary("agpo/temperature", gather(groups.temperatures))
         if self.adaptive_temperature:  # the controller ran in groups this step
             out |= {
                 "agpo/U": self.temperature_ctl.last_u.mean(),
                 "agpo/U_bar": self.temperature_ctl.u_bar,
             }
-        out["agpo/H"] = groups.per_prompt(old.entropy).mean()
+        out["agpo/H"] = gather(groups.per_prompt(old.entropy)).mean()
         if self.adaptive_clip:
             out["agpo/H_ref"] = self.clip_ctl.entropy_ref.value
             out |= summary("agpo/epsilon", self.clip_ctl.last_eps)

@@ -27,6 +27,11 @@ tensors. With ``rollout.engine: vllm`` the training rollouts are vLLM's, inside 
 counts are an analytic model of what PyTorch allocates (``torch.cuda.max_memory_allocated``),
 not of the CUDA context or allocator fragmentation; ``benchmarks/gpu_qlora_8b.py`` prints them
 beside the measured peaks.
+
+With ``world`` processes (``torchrun``, ``rlkit plan --nproc N``) every number is one process's:
+its share of the prompts, mini-batch and evaluation (:func:`per_rank`); with
+``parallel.strategy=fsdp2`` its shard of the gradients and optimizer state, while the weights
+are counted whole (generation gathers them).
 """
 
 from __future__ import annotations
@@ -146,10 +151,11 @@ class Phase:
 class MemoryPlan:
     """Per-phase peaks of ``cfg`` on a model of shape ``shape`` (see the module docstring)."""
 
-    def __init__(self, cfg: TrainConfig, shape: ModelShape, prompt_tokens: int):
+    def __init__(self, cfg: TrainConfig, shape: ModelShape, prompt_tokens: int, world: int = 1):
         if prompt_tokens < 1:
             raise ValueError(f"prompt_tokens (--prompt-tokens) must be >= 1, got {prompt_tokens}")
         self.cfg, self.shape, self.prompt_tokens = cfg, shape, prompt_tokens
+        self.world = world  # processes; cfg is already one process's share (per_rank)
         self.passes = PassPlan.from_config(cfg, build_method(cfg))
         self.dtype_bytes = torch.empty((), dtype=cfg.model.dtype).element_size()
 
@@ -165,9 +171,10 @@ class MemoryPlan:
     def trainable(self) -> float:
         """Trainable weights' gradients + AdamW moments (+ the fp32 adapter itself)."""
         s, m = self.shape, self.cfg.model
+        shards = self.world if self.cfg.parallel.strategy == "fsdp2" else 1
         if m.mode == "full":
-            return (s.linear_params + s.other_params) * 3 * self.dtype_bytes
-        return s.lora_params * 4 * 4  # weight, gradient, exp_avg, exp_avg_sq, all fp32
+            return (s.linear_params + s.other_params) * 3 * self.dtype_bytes / shards
+        return s.lora_params * 4 * 4 / shards  # weight, gradient, exp_avg, exp_avg_sq: fp32
 
     def resident(self) -> float:
         return self.weights() + self.trainable()
@@ -349,11 +356,24 @@ def balanced(rows: int, largest: int, unit: int = 1) -> tuple[int, int]:
     return math.ceil(units / calls) * unit, calls
 
 
+def per_rank(cfg: TrainConfig, world: int) -> TrainConfig:
+    """One of ``world`` processes' share of ``cfg``: its prompts and mini-batch rows (both
+    divide by ``world``: ``rlkit.trainer.check_world``) and its (largest) share of evaluation."""
+    if world == 1:
+        return cfg
+    out = copy.deepcopy(cfg)
+    out.rollout.num_prompts //= world
+    out.optim.mini_batch_size //= world
+    out.eval.num_problems = -(-cfg.eval.num_problems // world)
+    return out
+
+
 def resolve_batch_sizes(
     cfg: TrainConfig,
     gpu_bytes: float | None,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     headroom: float = DEFAULT_HEADROOM,
+    world: int = 1,
 ) -> tuple[TrainConfig, list[str]]:
     """``cfg`` with every ``auto`` batch size (``AUTO_KNOBS``) resolved, and one line per knob
     saying what it became and in how many calls.
@@ -361,9 +381,10 @@ def resolve_batch_sizes(
     On a device of ``gpu_bytes``: the largest size whose generation phase fits the plan's budget
     (``headroom`` kept free, and vLLM's share), balanced across the calls it needs. Without one
     (``gpu_bytes`` None: the CPU, or a model the plan cannot shape): every row in one call, as
-    ``0`` does for the rollouts; the CPU has no device memory to bound the KV cache by.
+    ``0`` does for the rollouts; the CPU has no device memory to bound the KV cache by. With
+    ``world`` processes, each process's rows are sized.
     """
-    ro, ev = cfg.rollout, cfg.eval
+    ro, ev = per_rank(cfg, world).rollout, per_rank(cfg, world).eval
     rows = {"rollout.generation_batch_size": ro.num_prompts * ro.group_size}
     rows["eval.batch_size"] = ev.num_problems * ev.k
     auto = [k for k in AUTO_KNOBS if _knob(cfg, k) == "auto"]
@@ -373,7 +394,7 @@ def resolve_batch_sizes(
     where = "no device memory limit: one call"
     if gpu_bytes is not None:
         concrete = _with_knobs(cfg, {k: 1 for k in auto})  # any size: the plan sizes each knob
-        plan = build_plan(concrete, prompt_tokens)
+        plan = build_plan(concrete, prompt_tokens, world)
         fitting = plan.largest_fitting(plan.usable(gpu_bytes, headroom))
         where = f"the largest that fits {gpu_bytes / GIB:.0f} GiB"
     resolved, notes = {}, []
@@ -389,14 +410,15 @@ def resolve_batch_sizes(
     return _with_knobs(cfg, resolved), notes
 
 
-def resolve_for_device(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
+def resolve_for_device(cfg: TrainConfig, world: int = 1) -> tuple[TrainConfig, list[str]]:
     """:func:`resolve_batch_sizes` against the memory of ``model.device`` (CUDA), or with no
-    device limit (the CPU, and the built-in tiny model, which needs no plan)."""
+    device limit (the CPU, and the built-in tiny model, which needs no plan), for one of
+    ``world`` processes."""
     device = cfg.model.torch_device
     gpu_bytes = None
     if device.type == "cuda" and cfg.model.name_or_path != BUILTIN_MODEL:
         gpu_bytes = torch.cuda.get_device_properties(device).total_memory
-    return resolve_batch_sizes(cfg, gpu_bytes)
+    return resolve_batch_sizes(cfg, gpu_bytes, world=world)
 
 
 def _knob(cfg: TrainConfig, knob: str):
@@ -413,13 +435,16 @@ def _with_knobs(cfg: TrainConfig, values: dict[str, int]) -> TrainConfig:
     return out
 
 
-def build_plan(cfg: TrainConfig, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> MemoryPlan:
-    """The plan of ``cfg``; an ``auto`` batch size still in it is planned as one call of every
-    row (resolve it against a device first: :func:`resolve_batch_sizes`)."""
-    cfg, _ = resolve_batch_sizes(cfg, None, prompt_tokens)
+def build_plan(
+    cfg: TrainConfig, prompt_tokens: int = DEFAULT_PROMPT_TOKENS, world: int = 1
+) -> MemoryPlan:
+    """The plan of ``cfg`` for one of ``world`` processes; an ``auto`` batch size still in it is
+    planned as one call of every row (resolve it against a device first:
+    :func:`resolve_batch_sizes`)."""
+    cfg, _ = resolve_batch_sizes(cfg, None, prompt_tokens, world=world)
     config = model_config(cfg.model.name_or_path)
     shape = model_shape(config, cfg.model.lora_r, cfg.model.target_modules)
-    return MemoryPlan(cfg, shape, prompt_tokens)
+    return MemoryPlan(per_rank(cfg, world), shape, prompt_tokens, world)
 
 
 def check_gpu_mem(gpu_mem_gib: float) -> None:
@@ -431,7 +456,12 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
     """The per-phase table and, for a GPU size, the largest chunk sizes that fit it."""
     lines = [
         f"model {plan.cfg.model.name_or_path} ({plan.cfg.model.mode}, {plan.cfg.model.compute_dtype}),"
-        f" {plan.prompt_tokens} prompt + {plan.completion_tokens} completion tokens assumed",
+        f" {plan.prompt_tokens} prompt + {plan.completion_tokens} completion tokens assumed"
+        + (
+            f"; one of {plan.world} processes ({plan.cfg.parallel.strategy})"
+            if plan.world > 1
+            else ""
+        ),
         f"{'phase':<48} {'peak GiB':>9}",
     ]
     lines += [f"{p.name:<48} {p.peak / GIB:>9.2f}" for p in plan.phases()]

@@ -314,6 +314,9 @@ def generate_rollouts(
                     max_new_tokens=max_new_tokens,
                     eos_token_id=eos_ids,
                     pad_token_id=pad_id,
+                    # each process generates alone, with whole weights (rlkit.parallel.unsharded):
+                    # transformers would otherwise lock-step the ranks of an FSDP model
+                    synced_gpus=False,
                     **options,
                 )
                 generated = sequences[:, encoded["input_ids"].shape[1] :]

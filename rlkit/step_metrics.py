@@ -8,13 +8,12 @@ statistics, then the estimator's own (EBPO's ``ebpo/*``).
 from __future__ import annotations
 
 from rlkit.batch import StepRecord
-from rlkit.losses import masked_mean
 
 
 def step_metrics(record: StepRecord) -> dict:
-    groups, adv, seconds = record.groups, record.row_advantages, record.seconds
-    rollouts, rewards = groups.rollouts, record.rewards
-    lengths = rollouts.lengths.float()
+    rows, adv, seconds = record.rows, record.row_advantages, record.seconds
+    rewards = record.rewards
+    lengths = rows.lengths.float()
     score_s = seconds.get("score", 0.0)
     return {
         "dapo/gen_batches": record.drawn.gen_batches,
@@ -26,14 +25,10 @@ def step_metrics(record: StepRecord) -> dict:
         "advantages/mean": adv.mean(),
         "advantages/std": adv.std() if adv.numel() > 1 else 0.0,
         "advantages/abs_max": adv.abs().max(),
-        **(
-            {"entropy": masked_mean(record.update.old.entropy, rollouts.completion_mask)}
-            if record.log_entropy
-            else {}
-        ),
+        **({"entropy": rows.entropy} if rows.entropy is not None else {}),
         "completions/mean_length": lengths.mean(),
         "completions/max_length": lengths.max(),
-        "completions/clipped_ratio": rollouts.truncated.float().mean(),
+        "completions/clipped_ratio": rows.truncated.float().mean(),
         "tokens/generated": record.counters["tokens_generated"],
         "tokens/probe": record.counters["tokens_probe"],
         "reward_failures": record.drawn.reward_failures,

@@ -25,16 +25,24 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from rlkit.batch import Groups, StepRecord, TrainBatch
+from rlkit.batch import BatchRows, Groups, PolicyPass, StepRecord, TrainBatch
 from rlkit.checkpoint import open_run, save_checkpoint
 from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
-from rlkit.dist import Local
-from rlkit.evaluation import evaluate, sampled_pass_rates
+from rlkit.dist import check_world, collective, rank_device, rank_seed
+from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
 from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.parallel import (
+    full_weights_state,
+    load_optimizer_state,
+    optimizer_state,
+    sharded,
+    unsharded,
+    wrap,
+)
 from rlkit.phases import Phases
 from rlkit.plan import resolve_for_device
 from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config
@@ -66,7 +74,11 @@ class Trainer:
     promises). ``resume``: continue from the latest intact checkpoint, with the saved config;
     ``overwrite``: a fresh run may replace a previous run's files; ``read_only``: only to
     evaluate (the policy, or with ``resume`` the latest checkpoint), without locking or writing
-    anything. ``phases`` times each step's phases; ``phases.add_hook`` wraps them."""
+    anything. ``phases`` times each step's phases; ``phases.add_hook`` wraps them.
+
+    Started by ``torchrun``/``accelerate launch`` with several processes, each trains its share
+    of every batch (``rlkit.dist``, ``rlkit.parallel``) and rank 0 alone writes the run
+    directory: metrics, TensorBoard, checkpoints, the lock and the progress bar."""
 
     def __init__(
         self,
@@ -78,7 +90,10 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.output_dir)
         self.read_only = read_only
-        self.lock = None if read_only else RunLock(self.run_dir)
+        self.device = rank_device(cfg.model.torch_device)
+        self.dist = collective(self.device)
+        self.writes = not read_only and self.dist.rank == 0  # rank 0 alone writes the run
+        self.lock = RunLock(self.run_dir) if self.writes else None
         try:
             self.setup(resume, overwrite)
         except BaseException:
@@ -87,10 +102,14 @@ class Trainer:
 
     def setup(self, resume: bool, overwrite: bool) -> None:
         cfg = self.cfg
-        checkpoint = open_run(self.run_dir, cfg, resume, overwrite, self.read_only)
-        self.run_id = checkpoint.run_id if checkpoint else uuid.uuid4().hex
-        seed_everything(cfg.seed)
-        self.dist, self.phases = Local(), Phases()
+        # the other ranks only read: rank 0 checks the directory and writes it
+        checkpoint = open_run(self.run_dir, cfg, resume, overwrite, not self.writes)
+        self.run_id = self.dist.all_gather_object(
+            checkpoint.run_id if checkpoint else uuid.uuid4().hex
+        )[0]
+        seed_everything(rank_seed(cfg.seed, self.dist.rank))  # each rank samples its own
+        self.phases = Phases()
+        check_world(cfg, self.dist.world)
 
         self.train_problems, eval_problems = load_problems(cfg.task)
         # from step task.shift.step on, training draws these (shift_task)
@@ -104,9 +123,19 @@ class Trainer:
         self.method = build_method(cfg, self.dist)
         spec = {name: getattr(cfg.model, name) for name in ModelSpec.__dataclass_fields__}
         spec["name_or_path"] = resolve_model_path(cfg)
+        spec["device"] = str(self.device)
         plan = PassPlan.from_config(cfg, self.method)
         self.policy: Policy = load_policy(ModelSpec(**spec), keep_reference=plan.reference)
         self.passes = plan.for_model(self.policy.model)
+        state = checkpoint.state if checkpoint else None
+        if state:  # the checkpoint's weights, before any wrapper shards them
+            self.load_policy_state(checkpoint.path / "policy")
+        # several processes: every pass of the policy runs through its DDP/FSDP2 wrapper, and
+        # code that runs the model outside it (generation, saving) needs the full weights
+        self.parallel = None
+        if self.dist.world > 1 and not self.read_only:
+            self.parallel = wrap(self.policy.model, cfg.parallel.strategy, self.dist)
+        self.full_weights = partial(unsharded, self.parallel)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
@@ -117,7 +146,8 @@ class Trainer:
             getattr(self.policy.model.config, "max_position_embeddings", None),
             cfg.rollout.max_new_tokens,
         )
-        sized, notes = resolve_for_device(cfg)  # auto batch sizes from the device's memory
+        # auto batch sizes from the device's memory, for this process's share of the rows
+        sized, notes = resolve_for_device(cfg, self.dist.world)
         for note in notes:
             tqdm.write(note)
         self.eval_batch_size = sized.eval.batch_size
@@ -125,20 +155,24 @@ class Trainer:
         if shifted and cfg.task.chat_template:
             shifted = chat_problems(shifted, self.policy.tokenizer)
         self.collector = Collector.from_config(
-            sized, self.policy, self.phases, [p.prompt for p in self.train_problems + shifted]
+            sized,
+            self.policy,
+            self.phases,
+            [p.prompt for p in self.train_problems + shifted],
+            self.dist,
+            self.full_weights,
         )
         # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
         self.eval_engine = self.collector.engine or (
             "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         )
-        self.forward = PolicyForward(self.policy, cfg, self.phases)
+        self.forward = PolicyForward(self.policy, cfg, self.phases, self.parallel)
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
         )
         self.step_count = 0
         self.tokens = {"tokens_generated": 0, "tokens_probe": 0}
 
-        state = checkpoint.state if checkpoint else None
         pass_rates = None
         if cfg.rollout.order == "difficulty":
             pass_rates = state["curriculum_pass_rates"] if state else self.starting_pass_rates()
@@ -152,7 +186,7 @@ class Trainer:
         if state:
             self.load_state(checkpoint.path, state)
         self.logger = None
-        if self.read_only:
+        if not self.writes:
             return
         if not state:
             clear_run(self.run_dir)
@@ -220,16 +254,28 @@ class Trainer:
             drift = partial(self.update.drift, batch, result.old, self.step_count)
             after = self.method.after_update(groups, drift)  # §3 step 5: the post-update pass
             signals = self.method.metrics(groups, result.old) | after
+        rows = self.batch_rows(groups, result.old)  # the whole batch's, on every rank
         self.step_count += 1
-        self.tokens["tokens_generated"] += int(groups.rollouts.lengths.sum())
+        self.tokens["tokens_generated"] += int(rows.lengths.sum())
         self.tokens["tokens_probe"] += drawn.probe_tokens
         return step_metrics(
             StepRecord(
-                groups, rewards, adv, batch.advantages, result, drawn, signals,
+                rows, rewards, adv, adv.advantages.reshape(-1), result, drawn, signals,
                 self.method.estimator.metrics(adv), lr, self.counters, self.phases.take(),
-                self.cfg.log_entropy,
             )
         )  # fmt: skip
+
+    def batch_rows(self, groups: Groups, old: PolicyPass) -> BatchRows:
+        """Lengths, truncation and mean entropy of every rank's rows (this rank's, alone)."""
+        rollouts, dist = groups.rollouts, self.dist
+        entropy = None
+        if self.cfg.log_entropy:  # masked_mean over the global batch
+            mask = rollouts.completion_mask.to(old.entropy.dtype)
+            total = dist.all_reduce_sum((old.entropy * mask).sum())
+            entropy = total / dist.all_reduce_sum(mask.sum()).clamp_min(1.0)
+        return BatchRows(
+            dist.all_gather(rollouts.lengths), dist.all_gather(rollouts.truncated), entropy
+        )
 
     def train_batch(self, groups: Groups, advantages: torch.Tensor) -> TrainBatch:
         """The groups with their advantages, ratio temperatures and the passes the plan needs:
@@ -248,33 +294,45 @@ class Trainer:
 
     # ------------------------------------------------------------ eval, saving
     def evaluate(self) -> dict:
-        """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected)."""
+        """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected);
+        with several processes each rank scores its share of the problems, in whole generation
+        batches of the sampled pass, so its samples are those one process draws."""
         ev = self.cfg.eval
-        with self.finite_sampling():
-            return evaluate(
+        mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
+        with self.finite_sampling(), self.full_weights():
+            scores = score_problems(
                 self.policy.model,
                 self.policy.tokenizer,
-                self.eval_problems,
+                self.eval_problems[mine.start : mine.stop],
                 self.collector.scorer,
                 ev.k,
                 ev.temperature,
                 self.cfg.rollout.max_new_tokens,
                 self.eval_batch_size,
                 self.eval_engine,
+                EVAL_SEED + mine.start,
             )
+        return EvalScores.cat(self.dist.all_gather_object(scores)).summary()
 
     def state_dict(self) -> dict:
         update = self.update
         return {
             "step": self.step_count,
-            "optimizer": update.optimizer.state_dict(),
+            "optimizer": optimizer_state(self.parallel, update.optimizer),
             "scheduler": update.scheduler.state_dict(),
-            "rng": rng_state(),
+            "rng": rng_state(),  # rank 0's; the others' follow (several processes)
             **self.method.state_dict(),  # estimator, cluster_index, *_ctl, previous_stats
             "sampler": self.sampler.state_dict(),
             "curriculum_pass_rates": self.curriculum_pass_rates,
             "counters": self.counters,
-        }
+        } | self.rank_state()
+
+    def rank_state(self) -> dict:
+        """With several processes: the world size and every rank's RNG, in rank order (a
+        collective: every rank calls it); nothing for one process."""
+        if self.dist.world == 1:
+            return {}
+        return {"world_size": self.dist.world, "rank_rng": self.dist.all_gather_object(rng_state())}
 
     def load_policy_state(self, policy_dir: Path) -> None:
         """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
@@ -293,8 +351,8 @@ class Trainer:
             ) from None
 
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        self.load_policy_state(checkpoint / "policy")
-        self.update.optimizer.load_state_dict(state["optimizer"])
+        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping)."""
+        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
         self.update.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state)
         self.sampler.load_state_dict(state["sampler"])
@@ -303,16 +361,29 @@ class Trainer:
         self.update.guard.skips = counters["nonfinite_skips"]
         self.update.guard.consecutive = counters["consecutive_skips"]
         self.step_count = state["step"]
-        set_rng_state(state["rng"])
+        saved_world = state.get("world_size", 1)
+        if saved_world != self.dist.world:
+            raise ValueError(
+                f"{checkpoint} was written by {saved_world} process(es) and this run has "
+                f"{self.dist.world}: resume with the same number of processes (each rank's "
+                "sampling stream and share of the batch depend on it)"
+            )
+        set_rng_state(state["rank_rng"][self.dist.rank] if saved_world > 1 else state["rng"])
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """The checkpoint of this step, written by rank 0 (every rank gathers its part)."""
+        state = self.state_dict()
+        weights = full_weights_state(self.parallel) if sharded(self.parallel) else None
+        if not self.writes:
+            return None
         return save_checkpoint(
             self.run_dir,
             self.step_count,
             self.policy,
-            self.state_dict(),
+            state,
             self.cfg.keep_checkpoints,
             self.run_id,
+            weights,
         )
 
     # ----------------------------------------------------------------------- run
@@ -331,12 +402,12 @@ class Trainer:
         evals = []
         if self.step_count == 0 and cfg.eval.at_start:
             evals.append({"step": 0, **self.evaluate()})
-            self.logger.log(0, evals[-1])
+            self.log(0, evals[-1])
         bar = tqdm(
             total=cfg.steps,
             initial=self.step_count,
             desc=self.method.name,
-            disable=not cfg.progress,
+            disable=not cfg.progress or not self.writes,
         )
         try:
             while self.step_count < cfg.steps:
@@ -344,23 +415,30 @@ class Trainer:
                 if self.eval_due():
                     evals.append({"step": self.step_count, **self.evaluate()})
                     metrics |= evals[-1]
-                self.logger.log(self.step_count, metrics)
+                self.log(self.step_count, metrics)
                 bar.update(1)
                 bar.set_postfix(reward=f"{float(metrics['reward']):.3f}")
                 if self.step_count == cfg.steps or (
                     cfg.checkpoint_every and self.step_count % cfg.checkpoint_every == 0
                 ):
                     self.save()
+            self.dist.barrier()  # every rank is done before any leaves the process group
         finally:
             bar.close()
             self.close()
         return evals
 
+    def log(self, step: int, metrics: dict) -> None:
+        if self.logger is not None:  # rank 0's
+            self.logger.log(step, metrics)
+
     def close(self) -> None:
-        """Close the metrics sinks and reward workers, and release the run directory's lock."""
+        """Close the metrics sinks and reward workers, release the run directory's lock and
+        leave the process group."""
         if getattr(self, "logger", None) is not None:
             self.logger.close()
         if getattr(self, "collector", None) is not None:
             self.collector.scorer.close()
         if self.lock is not None:
             self.lock.release()
+        self.dist.close()

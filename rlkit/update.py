@@ -71,6 +71,13 @@ class StepMeans:
     def add(self, key: str, value: float) -> None:
         self.sums[key] += value
 
+    def reduce(self, dist: Collective, keys: Sequence[str]) -> None:
+        """Sum ``keys`` over the ranks: each rank added its rows' token-weighted shares."""
+        for key in keys:
+            self.sums[key] = float(
+                dist.all_reduce_sum(torch.tensor(self.sums[key], dtype=torch.float64))
+            )
+
     def result(self) -> dict[str, float]:
         n = self.steps
         return {k: v / max(n, 1) for k, v in self.sums.items()} | {"optimizer_steps": n}
@@ -164,9 +171,9 @@ class PolicyUpdate:
     def __call__(self, batch: TrainBatch, clip: ClipRule, step: int) -> UpdateResult:
         """μ epochs of clipped-surrogate updates over mini-batches of ``batch``; ``step`` (the
         steps done before this one) only names the step in messages."""
-        cfg, opt = self.cfg, self.cfg.optim
-        rows = len(batch)
-        mini = opt.mini_batch_size or rows
+        cfg, opt, world = self.cfg, self.cfg.optim, self.dist.world
+        rows = len(batch)  # this rank's; optim.mini_batch_size counts every rank's
+        mini = opt.mini_batch_size // world or rows
         micro = opt.micro_batch_size or mini
         mask = batch.rollouts.completion_mask
         on_policy = batch.old is None
@@ -243,10 +250,11 @@ class PolicyUpdate:
                             kl_tok = kl_divergence(logp, sub.ref_logp, cfg.loss.kl_estimator)
                             loss_tok = loss_tok + cfg.loss.kl_coef * kl_tok
                             kl = masked_mean(kl_tok.detach(), m)
-                        weight = (
-                            (m.sum() / mb_tokens)
+                        # the global mini-batch's share: the ranks' gradients are summed
+                        weight = (  # in the loss's precision (float64 models: exactly)
+                            (m.sum().to(loss_tok.dtype) / mb_tokens.to(loss_tok.dtype))
                             if cfg.loss.loss_agg == "token-mean"
-                            else len(idx) / len(mb)
+                            else len(idx) / (len(mb) * world)
                         )
                         loss = (
                             aggregate_loss(
@@ -257,6 +265,9 @@ class PolicyUpdate:
                         loss.backward()
                         loss_total += loss.item()
                         parts.append((weight, clipped, kl, cov))
+                    loss_total = float(
+                        self.dist.all_reduce_sum(torch.tensor(loss_total, dtype=torch.float64))
+                    )
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
                     if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
                         self.optimizer.zero_grad(set_to_none=True)
@@ -283,6 +294,7 @@ class PolicyUpdate:
                         means.add("clip_ratio/region_mean", w * float(clipped.region))
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        means.reduce(self.dist, [k for k in means.sums if k not in ("loss", "grad_norm")])
         stats = means.result()
         if self.tis_cap is not None:
             stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.tis_cap)

@@ -129,11 +129,12 @@ class Policy:
         with eval_mode(self.model), self.model.disable_adapter():
             yield self.model
 
-    def save(self, path: str | Path) -> None:
-        """Write the trainable state: the adapter (LoRA/QLoRA) or all weights (full) + tokenizer."""
+    def save(self, path: str | Path, state_dict: dict | None = None) -> None:
+        """Write the trainable state: the adapter (LoRA/QLoRA) or all weights (full) + tokenizer;
+        ``state_dict``: the model's whole state gathered elsewhere (FSDP2's shards)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
+        self.model.save_pretrained(path, **({"state_dict": state_dict} if state_dict else {}))
         self.tokenizer.save_pretrained(path)
 
     def load_trainable_state(self, path: str | Path) -> None:

@@ -1,0 +1,136 @@
+"""One process of the data-parallel tests (tests/test_data_parallel.py).
+
+    python tests/dp_worker.py OUT MODE [key=value ...]            # one process
+    torchrun --nproc_per_node 2 tests/dp_worker.py OUT MODE ...   # two, over gloo
+
+MODE ``record`` trains as usual and writes every generation call's rollouts to OUT/rollouts.pt;
+``replay:PATH`` trains on those of PATH instead of generating: each rank takes its contiguous share of each
+recorded call (and checks that it asked for exactly those prompts at those temperatures), so a
+two-process run sees the same global batches as the one-process run that recorded them; ``run``
+trains as usual. Every rank writes OUT/rank{r}.pt: per step the global advantages, the method's
+state and the kept problems, then the final trainable weights and the evaluations.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as tdist
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import rlkit.collect
+from rlkit.config import load_config
+from rlkit.dist import launched_world
+from rlkit.trainer import Trainer
+
+BASE = [
+    "steps=3",
+    "rollout.num_prompts=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=4",
+    "task.num_train=64",
+    "task.num_eval=12",
+    "eval.num_problems=12",
+    "eval.k=2",
+    "eval.batch_size=8",
+    "eval.at_start=false",
+    "checkpoint_every=0",
+    "tensorboard=false",
+    "progress=false",
+]
+
+
+def float64_rms_norm() -> None:
+    """Llama's RMSNorm in the input's dtype: transformers rounds it to float32 even in a float64
+    model, and Adam turns that rounding into weight differences of 1e-7 on near-zero gradients
+    (a LoRA A matrix while B is still near 0), which would blur what these tests compare."""
+
+    def forward(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    LlamaRMSNorm.forward = forward
+
+
+def record_generation(path: Path) -> None:
+    calls, generate = [], rlkit.collect.generate_in_batches
+
+    def recorded(model, tokenizer, prompts, temps, *args, **kwargs):
+        out = generate(model, tokenizer, prompts, temps, *args, **kwargs)
+        calls.append({"prompts": list(prompts), "rollouts": out.to("cpu")})
+        torch.save(calls, path)
+        return out
+
+    rlkit.collect.generate_in_batches = recorded
+
+
+def replay_generation(path: Path, rank: int) -> None:
+    calls = iter(torch.load(path, weights_only=False))
+
+    def replayed(model, tokenizer, prompts, temps, *args, **kwargs):
+        call, n = next(calls), len(prompts)
+        rows = torch.arange(rank * n, (rank + 1) * n)
+        if call["prompts"][rank * n : (rank + 1) * n] != list(prompts):
+            raise AssertionError(f"rank {rank} asked for other prompts than the recorded run")
+        rollouts = call["rollouts"].select(rows)
+        if not torch.equal(rollouts.temperatures.float(), temps.float().cpu()):
+            raise AssertionError(f"rank {rank} sampled at other temperatures: {temps}")
+        return rollouts
+
+    rlkit.collect.generate_in_batches = replayed
+
+
+def main(out: str, mode: str, *overrides: str) -> None:
+    torch.set_num_threads(1)
+    float64_rms_norm()
+    out = Path(out)
+    if launched_world() > 1:  # the process group outlives the trainer (FSDP2's full weights)
+        tdist.init_process_group("gloo")
+    rank = tdist.get_rank() if tdist.is_initialized() else 0
+    if mode == "record":
+        record_generation(out / "rollouts.pt")
+    elif mode.startswith("replay:"):
+        replay_generation(Path(mode.removeprefix("replay:")), rank)
+    cfg = load_config("tiny-cpu", [*BASE, f"output_dir={out / 'run'}", *overrides])
+    trainer = Trainer(cfg, overwrite=True)
+    steps, method, dist = [], trainer.method, trainer.dist
+    advantages, draw = method.advantages, trainer.collector.draw
+
+    def seen_advantages(rewards, problems):
+        result = advantages(rewards, problems)
+        steps[-1]["advantages"] = result.advantages.clone()
+        return result
+
+    def seen_draw(*args):
+        groups, stats = draw(*args)
+        steps.append(
+            {"kept": [p.id for part in dist.all_gather_object(groups.problems) for p in part]}
+        )
+        return groups, stats
+
+    method.advantages, trainer.collector.draw = seen_advantages, seen_draw
+    step = trainer.step
+
+    def seen_step():
+        metrics = step()
+        steps[-1]["state"] = method.state_dict()
+        steps[-1]["metrics"] = {k: v for k, v in metrics.items() if not k.startswith("time/")}
+        return metrics
+
+    trainer.step = seen_step
+    evals = trainer.train()
+    with trainer.full_weights():
+        weights = {
+            name: p.detach().clone()
+            for name, p in trainer.policy.model.named_parameters()
+            if p.requires_grad
+        }
+    torch.save({"steps": steps, "weights": weights, "evals": evals}, out / f"rank{rank}.pt")
+    if tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
