@@ -38,7 +38,8 @@ notebooks: $(BIN)/.notebooks
 	cd notebooks && ../$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Re-execute every notebook at full scale (one thread; minutes), then check that each figure the
-# README's notebooks table quotes in backticks still appears in that notebook's outputs.
+# README's notebooks table quotes in backticks (`label … figure`) still appears in that
+# notebook's outputs, on one line with its label.
 notebooks-full: $(BIN)/.notebooks
 	OMP_NUM_THREADS=1 $(BIN)/python notebooks/execute_full.py
 

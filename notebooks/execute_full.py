@@ -7,9 +7,13 @@
 Each notebook runs in place, in its own folder (so figures land in notebooks/figures/), with
 RLKIT_NB_SCALE unset (full scale) and one thread; its outputs become the committed ones.
 
-The README check: in the README's notebooks table, every figure in backticks after the notebook's
-name (for example `-0.0138 [-0.0206, -0.00701]`) is quoted from that notebook's outputs and must
-appear verbatim in them. A figure that no longer appears is reported and the exit status is 1.
+The README check: in the README's notebooks table, every quote in backticks after the notebook's
+name is a figure with its label, ``label … figure`` (for example
+`AGPO − GRPO (eval/greedy_accuracy, … -0.2 [-2.3, +2.0]`), quoted from that notebook's outputs.
+One output line must hold every part of the quote, in order, each as whole words (not inside a
+longer number or name), with any text between them; runs of spaces count as one. So a figure
+that moved to another arm's line no longer matches. A quote that does not match, or that has no
+label, is reported and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
 ROW = re.compile(r"^\|\s*`(\d\d_[a-z_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
+GAP = "…"  # between a quote's parts: any text on the same output line
 
 
 def execute(path: Path) -> float:
@@ -69,12 +74,29 @@ def quoted_figures(readme: Path = README) -> dict[str, list[str]]:
     return out
 
 
+def quote_pattern(quote: str) -> re.Pattern | None:
+    """A quote ``label … figure`` as a regex over one whitespace-collapsed output line: its parts in
+    order, each delimited by spaces or the line's ends; None for a quote without a label."""
+    parts = [" ".join(part.split()) for part in quote.split(GAP)]
+    if len(parts) < 2 or not all(parts):
+        return None
+    return re.compile(".*".join(rf"(?<!\S){re.escape(part)}(?!\S)" for part in parts))
+
+
 def check_readme(readme: Path = README, notebook_dir: Path = HERE) -> list[str]:
-    """The README figures that do not appear in their notebook's outputs."""
+    """The README quotes that no line of their notebook's outputs holds, and those without a label."""
     missing = []
-    for stem, figures in quoted_figures(readme).items():
-        text = output_text(notebook_dir / f"{stem}.ipynb")
-        missing += [f"{stem}: {fig}" for fig in figures if fig not in text]
+    for stem, quotes in quoted_figures(readme).items():
+        lines = [
+            " ".join(line.split())
+            for line in output_text(notebook_dir / f"{stem}.ipynb").splitlines()
+        ]
+        for quote in quotes:
+            pattern = quote_pattern(quote)
+            if pattern is None:
+                missing.append(f"{stem}: {quote} (no label: quote it as `label {GAP} figure`)")
+            elif not any(pattern.search(line) for line in lines):
+                missing.append(f"{stem}: {quote}")
     return missing
 
 
@@ -90,10 +112,10 @@ def main(argv=None) -> int:
             print(f"{path.name}: done in {execute(path):.0f} s", flush=True)
     missing = check_readme()
     if missing:
-        print("README figures not found in the notebook outputs:", *missing, sep="\n  ")
+        print("README quotes not found on one line of the notebook outputs:", *missing, sep="\n  ")
         return 1
     count = sum(len(v) for v in quoted_figures().values())
-    print(f"README: all {count} quoted figures match the notebook outputs")
+    print(f"README: all {count} quoted figures match their labelled notebook output lines")
     return 0
 
 

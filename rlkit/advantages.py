@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlkit.stats import RunningMoments, dispersion, group_std
+from rlkit.stats import RunningMoments, check_dispersion, dispersion, group_std
 
 ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
 # Largest |reward| accepted: squares and sums over a batch stay far inside float64 (max ~1.8e308).
@@ -205,15 +205,16 @@ class RLOO(AdvantageEstimator):
 
 @register("agpo")
 class AGPOAdvantage(AdvantageEstimator):
-    """A = (r − mean_p) / max(disp_p, 1e-8), disp ∈ {std, mad, iqr} of the training group (docs/algorithms.md §1)."""
+    """A = (r − mean_p) / max(disp_p, 1e-8), disp ∈ {std, mad, iqr} of the training group (docs/algorithms.md §1).
 
-    def __init__(self, dispersion: str = "std"):
-        if dispersion not in ("std", "mad", "iqr"):
-            raise ValueError(f"unknown dispersion {dispersion!r}; known: 'std', 'mad', 'iqr'")
-        self.dispersion = dispersion
+    ``mad_median``: the MAD's median at even G, ``midpoint`` or the authors' ``lower`` (§1)."""
+
+    def __init__(self, dispersion: str = "std", mad_median: str = "midpoint"):
+        check_dispersion(dispersion, mad_median)
+        self.dispersion, self.mad_median = dispersion, mad_median
 
     def compute(self, rewards, cluster_ids):
-        disp = dispersion(rewards, self.dispersion, dim=1, ddof=1)
+        disp = dispersion(rewards, self.dispersion, dim=1, ddof=1, mad_median=self.mad_median)
         return centered(rewards) / disp.clamp_min(1e-8).unsqueeze(1), {}
 
 

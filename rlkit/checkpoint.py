@@ -17,7 +17,6 @@ leaves a checkpoint that looks complete.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 from rlkit.config import TrainConfig
+from rlkit.hashing import file_sha256
 from rlkit.rundir import (
     CHECKPOINTS,
     check_fresh,
@@ -57,14 +57,6 @@ class Checkpoint:
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _files(folder: Path) -> list[str]:
@@ -103,7 +95,7 @@ def save_checkpoint(
     tmp.mkdir()
     policy.save(tmp / "policy", weights)
     torch.save(state, tmp / TRAINER_STATE)
-    files = {name: _sha256(tmp / name) for name in _files(tmp)}
+    files = {name: file_sha256(tmp / name) for name in _files(tmp)}
     manifest = {"run_id": run_id, "step": step, "files": files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.rmtree(final, ignore_errors=True)
@@ -160,7 +152,7 @@ def verify_checkpoint(run_dir: Path, path: Path) -> Checkpoint:
         file = path / name
         if not file.is_file():
             raise ValueError(f"{file} is missing")
-        if _sha256(confined(run_dir, file)) != digest:
+        if file_sha256(confined(run_dir, file)) != digest:
             raise ValueError(f"{file} is damaged (its SHA-256 differs from {MANIFEST})")
     return Checkpoint(path, step, run_id, load_trainer_state(path))
 

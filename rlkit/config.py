@@ -26,6 +26,7 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
+from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
 from rlkit.tis import resolve_tis_cap
@@ -163,12 +164,15 @@ class AGPOConfig:
     adaptive_temperature: bool = True
     adaptive_clip: bool = True
     dispersion: str = "std"
+    # the MAD's median at even G: midpoint (scipy) | lower (the authors' torch.median), §1
+    mad_median: str = "midpoint"
     temperature: dict = field(default_factory=dict)  # AdaptiveTemperature kwargs
     clip: dict = field(default_factory=dict)  # AdaptiveClip kwargs
 
     def __post_init__(self):
         _choice("agpo.probe", self.probe, ("full", "previous", "reuse"))
         _choice("agpo.dispersion", self.dispersion, ("std", "mad", "iqr"))
+        _choice("agpo.mad_median", self.mad_median, MAD_MEDIANS)
 
 
 @dataclass
@@ -385,12 +389,14 @@ class TrainConfig:
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
         check_combination(self)
-        explicit = self.algo.options.get("dispersion", self.agpo.dispersion)
-        if self.algo.estimator == "agpo" and explicit != self.agpo.dispersion:
-            raise ValueError(
-                f"agpo.dispersion ({self.agpo.dispersion!r}) sets the AGPO advantage's dispersion; "
-                f"algo.options.dispersion ({explicit!r}) conflicts with it: set only agpo.dispersion"
-            )
+        for name in ("dispersion", "mad_median"):  # agpo.* sets the probe's and the advantage's
+            mine = getattr(self.agpo, name)
+            explicit = self.algo.options.get(name, mine)
+            if self.algo.estimator == "agpo" and explicit != mine:
+                raise ValueError(
+                    f"agpo.{name} ({mine!r}) sets the AGPO advantage's {name}; "
+                    f"algo.options.{name} ({explicit!r}) conflicts with it: set only agpo.{name}"
+                )
         if self.task.shift and self.task.shift["step"] >= self.steps:
             raise ValueError(
                 f"task.shift.step ({self.task.shift['step']}) must be below steps ({self.steps})"
@@ -727,11 +733,19 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         (
             "agpo",
             agpo,
-            ("dispersion",),
+            ("dispersion", "mad_median"),
             not agpo.enabled and estimator != "agpo",
             f"agpo.enabled=false and algo.estimator={estimator}: neither AGPO's probe nor its "
             "advantage runs",
             "set agpo.enabled=true or algo.estimator=agpo, or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("mad_median",),
+            agpo.dispersion != "mad",
+            f"agpo.dispersion={agpo.dispersion}: only the MAD has a median",
+            "set agpo.dispersion=mad or leave it at its default",
         ),
         (
             "agpo",

@@ -30,9 +30,11 @@ class ProbeStats:
         rewards: torch.Tensor,
         answers: Sequence[Sequence[str]] | None = None,
         dispersion_kind: str = "std",
+        mad_median: str = "midpoint",
     ) -> ProbeStats:
-        """σ̂ = dispersion of each probe group, κ̃₃ = its adjusted skewness, E_probe = vote
-        entropy of its extracted answers (0 when ``answers`` is None)."""
+        """σ̂ = dispersion of each probe group (``mad_median`` as in ``rlkit.stats.dispersion``),
+        κ̃₃ = its adjusted skewness, E_probe = vote entropy of its extracted answers (0 when
+        ``answers`` is None)."""
         if rewards.dim() != 2:
             raise ValueError(
                 f"probe rewards must have rank 2 [P, G], got shape {tuple(rewards.shape)}"
@@ -48,7 +50,7 @@ class ProbeStats:
                 )
             entropy = vote_entropy(answers)
         return cls(
-            dispersion=dispersion(rewards, dispersion_kind, dim=1, ddof=1),
+            dispersion=dispersion(rewards, dispersion_kind, dim=1, ddof=1, mad_median=mad_median),
             skewness=adjusted_skewness(rewards, dim=1),
             vote_entropy=entropy,
         )

@@ -187,13 +187,14 @@ class AGPO(Method):
         tau_base: float = 1.0,
         probe: str = "full",
         dispersion: str = "std",
+        mad_median: str = "midpoint",
         adaptive_temperature: bool = True,
         adaptive_clip: bool = True,
         dist: Collective | None = None,
     ):
         super().__init__(estimator, cluster_key, eps, tau_base)
         self.temperature_ctl, self.clip_ctl = temperature, clip
-        self.probe_mode, self.dispersion = probe, dispersion
+        self.probe_mode, self.dispersion, self.mad_median = probe, dispersion, mad_median
         self.adaptive_temperature, self.adaptive_clip = adaptive_temperature, adaptive_clip
         self.clip_needs_entropy = adaptive_clip
         self.dist = dist or Local()
@@ -210,7 +211,13 @@ class AGPO(Method):
                 return ProbeStats.zeros(len(problems)), None
             return ProbeStats.cat(known), None
         probe = sample(problems, self.base_temperatures(len(problems)), probe=True)
-        return ProbeStats.from_rewards(probe.rewards, probe.answers, self.dispersion), probe
+        return self.probe_stats(probe), probe
+
+    def probe_stats(self, groups: Groups) -> ProbeStats:
+        """σ̂, κ̃₃ and E_probe of each group (docs/algorithms.md §3 step 1)."""
+        return ProbeStats.from_rewards(
+            groups.rewards, groups.answers, self.dispersion, self.mad_median
+        )
 
     # 2. temperature
     def temperatures(self, stats: ProbeStats) -> torch.Tensor:
@@ -253,8 +260,7 @@ class AGPO(Method):
         (every rank's prompts: a prompt may go to another rank next time)."""
         if self.probe_mode != "previous":
             return
-        stats = ProbeStats.from_rewards(groups.rewards, groups.answers, self.dispersion)
-        stats = gather_stats(stats, self.dist)
+        stats = gather_stats(self.probe_stats(groups), self.dist)
         problems = [p for part in self.dist.all_gather_object(groups.problems) for p in part]
         for i, problem in enumerate(problems):
             self.previous_stats[problem.id] = stats.select([i])
@@ -295,7 +301,7 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
     """The configured method; the only reader of ``algo.*`` and ``agpo.*``."""
     options = dict(cfg.algo.options)
     if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
-        options["dispersion"] = cfg.agpo.dispersion
+        options |= {"dispersion": cfg.agpo.dispersion, "mad_median": cfg.agpo.mad_median}
     common = {
         "estimator": get_estimator(cfg.algo.estimator, **options),
         "cluster_key": cfg.algo.cluster_key,
@@ -311,6 +317,7 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
         clip=AdaptiveClip(**agpo.clip),
         probe=agpo.probe,
         dispersion=agpo.dispersion,
+        mad_median=agpo.mad_median,
         adaptive_temperature=agpo.adaptive_temperature,
         adaptive_clip=agpo.adaptive_clip,
         dist=dist,

@@ -569,13 +569,27 @@ def summary_row(summary: dict, arm: str, metric: str, group_size: int | None = N
     raise KeyError(f"{summary['name']}: no row for arm {arm!r}, metric {metric!r}, G {group_size}")
 
 
+def end_by_seed(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
+    """The per-seed end values of ``arm``'s row; a ValueError naming the summary file and the
+    key when the row has none (summaries written before rlkit report stored them)."""
+    row = summary_row(summary, arm, metric, group_size)
+    if "end_by_seed" not in row:
+        rerun = summary.get("commands", ["rlkit report <sweep dir>"])[-1]
+        raise ValueError(
+            f"{summary['name']}/summary.json: the row of arm {arm!r}, metric {metric!r} has no "
+            f"'end_by_seed' (per-seed end values; an older rlkit report wrote it), so no paired "
+            f"comparison can be made; regenerate it from the runs: {rerun}"
+        )
+    return row["end_by_seed"]
+
+
 def paired_comparison(
     summary: dict, arm: str, other: str, metric: str, group_size: int | None = None
 ) -> dict:
     """``arm − other`` on the end values of their common seeds: mean, 95% interval and MDD
     (any two arms of a sweep, not only against its baseline)."""
-    a = summary_row(summary, arm, metric, group_size)["end_by_seed"]
-    b = summary_row(summary, other, metric, group_size)["end_by_seed"]
+    a = end_by_seed(summary, arm, metric, group_size)
+    b = end_by_seed(summary, other, metric, group_size)
     common = sorted(set(a) & set(b), key=int)
     if len(common) < 2:
         raise ValueError(f"{arm} and {other} share {len(common)} seed(s); a comparison needs 2")

@@ -128,24 +128,41 @@ def group_std(x: torch.Tensor, dim: int = -1, ddof: int = 1) -> torch.Tensor:
     return x.std(dim=dim, correction=ddof)
 
 
-def dispersion(x: torch.Tensor, kind: str = "std", dim: int = -1, ddof: int = 1) -> torch.Tensor:
+MAD_MEDIANS = {"midpoint": "linear", "lower": "lower"}  # mad_median → torch.quantile interpolation
+
+
+def check_dispersion(kind: str, mad_median: str = "midpoint") -> None:
+    """ValueError naming an unknown dispersion ``kind`` or MAD median convention."""
+    if kind not in ("std", "mad", "iqr"):
+        raise ValueError(f"unknown dispersion {kind!r}; known: 'std', 'mad', 'iqr'")
+    if mad_median not in MAD_MEDIANS:
+        raise ValueError(f"unknown mad_median {mad_median!r}; known: 'midpoint', 'lower'")
+
+
+def dispersion(
+    x: torch.Tensor, kind: str = "std", dim: int = -1, ddof: int = 1, mad_median: str = "midpoint"
+) -> torch.Tensor:
     """Per-group dispersion (docs/algorithms.md §1 `agpo`, §3 step 1).
 
     - ``std``: ddof std;
     - ``mad``: 1.4826 · median(|x − median(x)|)   (scipy ``median_abs_deviation(scale='normal')``);
     - ``iqr``: (q75 − q25) / 1.349                   (scipy ``iqr(scale='normal')``, linear quantiles).
 
+    ``mad_median`` is the MAD's median (both of them) at even group size: ``midpoint`` of the two
+    middle values (scipy's), or the ``lower`` one (``torch.median``, the AGPO authors' code; on a
+    half-success 0/1 group its MAD is 0, docs/algorithms.md §1).
+
     A robust measure that is 0 on a group whose values are not all equal falls back to the std
     (binary rewards make MAD and IQR collapse whenever one outcome is a majority).
     """
-    if kind not in ("std", "mad", "iqr"):
-        raise ValueError(f"unknown dispersion {kind!r}; known: 'std', 'mad', 'iqr'")
+    check_dispersion(kind, mad_median)
     xf = x.to(torch.promote_types(x.dtype, torch.float32))
     if kind == "std":
         return group_std(xf, dim, ddof)
     if kind == "mad":
-        med = xf.quantile(0.5, dim=dim, keepdim=True)
-        robust = _ROBUST_SCALE_MAD * (xf - med).abs().quantile(0.5, dim=dim)
+        how = MAD_MEDIANS[mad_median]
+        med = xf.quantile(0.5, dim=dim, keepdim=True, interpolation=how)
+        robust = _ROBUST_SCALE_MAD * (xf - med).abs().quantile(0.5, dim=dim, interpolation=how)
     else:
         q = xf.quantile(torch.tensor([0.25, 0.75], dtype=xf.dtype), dim=dim)
         robust = (q[1] - q[0]) / _ROBUST_SCALE_IQR

@@ -44,10 +44,17 @@ def quantile(x, q: float) -> float:
     return s[lo] + (pos - lo) * (s[hi] - s[lo])
 
 
-def mad(x) -> float:
-    """1.4826 · median|x − median(x)|."""
-    med = quantile(x, 0.5)
-    return MAD_SCALE * quantile([abs(float(v) - med) for v in x], 0.5)
+def median(x, convention: str = "midpoint") -> float:
+    """The middle value; at even n the midpoint of the two middle values, or the ``lower`` one."""
+    if convention == "midpoint":
+        return quantile(x, 0.5)
+    return sorted(float(v) for v in x)[(len(x) - 1) // 2]
+
+
+def mad(x, convention: str = "midpoint") -> float:
+    """1.4826 · median|x − median(x)|, both medians of the ``convention``."""
+    med = median(x, convention)
+    return MAD_SCALE * median([abs(float(v) - med) for v in x], convention)
 
 
 def iqr(x) -> float:
@@ -55,12 +62,12 @@ def iqr(x) -> float:
     return (quantile(x, 0.75) - quantile(x, 0.25)) / IQR_SCALE
 
 
-def dispersion(x, kind: str = "std", ddof: int = 1) -> float:
+def dispersion(x, kind: str = "std", ddof: int = 1, mad_median: str = "midpoint") -> float:
     """std | mad | iqr; a robust measure that is 0 on a non-constant group falls back to std."""
     s = std(x, ddof)
     if kind == "std":
         return s
-    robust = mad(x) if kind == "mad" else iqr(x)
+    robust = mad(x, mad_median) if kind == "mad" else iqr(x)
     return s if robust <= 0 and s > 0 else robust
 
 
@@ -116,10 +123,13 @@ def rloo(rewards) -> np.ndarray:
     return np.array(out)
 
 
-def agpo(rewards, kind: str = "std") -> np.ndarray:
+def agpo(rewards, kind: str = "std", mad_median: str = "midpoint") -> np.ndarray:
     """A = (r − mean_p) / max(disp_p, 1e-8)."""
     return np.array(
-        [[(v - mean(row)) / max(dispersion(row, kind), 1e-8) for v in row] for row in rows(rewards)]
+        [
+            [(v - mean(row)) / max(dispersion(row, kind, mad_median=mad_median), 1e-8) for v in row]
+            for row in rows(rewards)
+        ]
     )
 
 

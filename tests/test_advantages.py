@@ -103,6 +103,19 @@ def test_agpo_hand_examples():
         assert_close(get_estimator("agpo", dispersion=kind)(r).advantages, expected, 1e-9)
 
 
+def test_agpo_mad_median_conventions_on_a_half_success_group():
+    # [0, 0, 1, 1] − mean .5 = ±.5. Midpoint median .5, |d| = .5 → MAD 1.4826·.5. The authors'
+    # lower median 0, |d| = [0, 0, 1, 1] → lower median 0 → MAD 0 → the std √(1/3) (Σd² = 1).
+    # Odd G = 3 ([0, 1, 1]: median 1, |d| = [1, 0, 0] → 0 → std √(1/3)) has one convention.
+    r = torch.tensor([[0.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    half = np.array([[-0.5, -0.5, 0.5, 0.5]])
+    for convention, disp in [("midpoint", 1.4826 * 0.5), ("lower", math.sqrt(1 / 3))]:
+        agpo = get_estimator("agpo", dispersion="mad", mad_median=convention)
+        assert_close(agpo(r).advantages, half / disp, 1e-12)
+        odd = agpo(torch.tensor([[0.0, 1.0, 1.0]], dtype=torch.float64)).advantages
+        assert_close(odd, np.array([[-2 / 3, 1 / 3, 1 / 3]]) / math.sqrt(1 / 3), 1e-12)
+
+
 def test_ebpo_batch_prior_hand_example():
     # rewards [[1, 0], [1, 1]]: group means [.5, 1] → μ_glob = .75, τ² = .0625;
     # σ² = popvar[1, 0, 1, 1] = .75·.25 = .1875, σ²/G = .09375 → S = .09375/.15625 = .6;
@@ -155,6 +168,7 @@ STATELESS = [
     ("agpo", {"dispersion": "std"}, lambda r: ref.agpo(r, "std")),
     ("agpo", {"dispersion": "mad"}, lambda r: ref.agpo(r, "mad")),
     ("agpo", {"dispersion": "iqr"}, lambda r: ref.agpo(r, "iqr")),
+    ("agpo", {"dispersion": "mad", "mad_median": "lower"}, lambda r: ref.agpo(r, "mad", "lower")),
 ]
 
 
@@ -527,6 +541,7 @@ def test_bad_cluster_ids_raise_clear_errors():
         ("grpo", {"eps": 0.0}, "eps"),
         ("grpo", {"scale_rewards": "global"}, "unknown GRPO scale_rewards 'global'"),
         ("agpo", {"dispersion": "range"}, "unknown dispersion 'range'"),
+        ("agpo", {"mad_median": "upper"}, "unknown mad_median 'upper'"),
         ("ebpo", {"prior": "global"}, "unknown EBPO prior 'global'"),
         ("ebpo", {"whitening": "zscore"}, "unknown EBPO whitening 'zscore'"),
         ("ebpo", {"prior_decay": 0.0}, "decay"),

@@ -60,6 +60,7 @@ def test_overrides_are_typed_and_nested():
             "loss.ratio_temperature must be 'sampling' or a positive number",
         ),
         ("agpo.probe=half", "agpo.probe must be one of"),
+        ("agpo.mad_median=upper", r"agpo\.mad_median must be one of \['midpoint', 'lower'\]"),
         ("rollout.top_p=1.5", "rollout.top_p must be in"),
         ("optim.lr=-1", "optim.lr must be > 0"),
         ("model.mode=int8", "mode"),
@@ -114,6 +115,28 @@ def test_agpo_dispersion_and_an_explicit_estimator_dispersion_must_agree():
     conflict = ["algo.estimator=agpo", "agpo.dispersion=iqr", "algo.options={dispersion: mad}"]
     with pytest.raises(ValueError, match=r"agpo\.dispersion.*algo\.options\.dispersion"):
         load_config("tiny-cpu", conflict)
+
+
+def test_agpo_mad_median_and_an_explicit_estimator_mad_median_must_agree():
+    mad = ["algo.estimator=agpo", "agpo.dispersion=mad"]
+    conflict = [*mad, "agpo.mad_median=lower", "algo.options={mad_median: midpoint}"]
+    with pytest.raises(ValueError, match=r"agpo\.mad_median.*algo\.options\.mad_median"):
+        load_config("tiny-cpu", conflict)
+    with pytest.raises(ValueError, match=r"agpo\.mad_median.*algo\.options\.mad_median"):
+        load_config("tiny-cpu", [*mad, "algo.options={mad_median: lower}"])
+
+
+@pytest.mark.parametrize("estimator", ["agpo", "grpo"])
+def test_agpo_mad_median_reaches_the_probe_and_the_agpo_advantage(estimator):
+    overrides = [f"algo.estimator={estimator}", "agpo.enabled=true", "agpo.dispersion=mad"]
+    cfg = load_config("tiny-cpu", [*overrides, "agpo.mad_median=lower"])
+    method = build_method(cfg)
+    default = build_method(load_config("tiny-cpu", overrides))
+    assert (method.mad_median, default.mad_median) == ("lower", "midpoint")  # the probe's σ̂
+    if estimator == "agpo":  # and the advantage's dispersion
+        assert (method.estimator.mad_median, default.estimator.mad_median) == ("lower", "midpoint")
+    else:
+        assert not hasattr(method.estimator, "mad_median")
 
 
 def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
@@ -207,6 +230,16 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         ),
         ("tiny-cpu", ["agpo.probe=reuse"], r"^agpo\.probe='reuse' .*agpo\.enabled=false"),
         ("tiny-cpu", ["agpo.dispersion=mad"], r"agpo\.enabled=false and algo\.estimator=grpo"),
+        (
+            "tiny-cpu",
+            ["agpo.enabled=true", "agpo.mad_median=lower"],
+            r"^agpo\.mad_median='lower' has no effect with agpo\.dispersion=std: only the MAD",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.mad_median=lower"],
+            r"^agpo\.mad_median='lower' .*agpo\.enabled=false and algo\.estimator=grpo",
+        ),
         (
             "tiny-cpu",
             ["agpo.enabled=true", "agpo.adaptive_clip=false", "agpo.clip={gamma: 0.0}"],

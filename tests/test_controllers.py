@@ -59,6 +59,14 @@ def test_probe_stats_from_rewards_match_reference():
     assert no_answers.vote_entropy.tolist() == [0.0] * 6
 
 
+def test_probe_stats_mad_median_lower_leaves_a_half_success_probe_at_the_std():
+    # [0, 0, 1, 1]: midpoint MAD 1.4826·.5; lower median 0 → MAD 0 → the std √(1/3)
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 1.0]])
+    for convention, expected in [("midpoint", 1.4826 * 0.5), ("lower", math.sqrt(1 / 3))]:
+        s = ProbeStats.from_rewards(rewards, dispersion_kind="mad", mad_median=convention)
+        assert s.dispersion.tolist() == pytest.approx([expected], rel=1e-6)
+
+
 def test_probe_stats_bad_input():
     with pytest.raises(ValueError, match="rank 2"):
         ProbeStats.from_rewards(torch.zeros(8))

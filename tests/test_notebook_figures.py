@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("execute_full", ROOT / "notebooks/execute_full.py")
@@ -17,15 +18,62 @@ def _notebook(folder: Path, stem: str, printed: str) -> None:
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), folder / f"{stem}.ipynb")
 
 
+def _readme(folder: Path, quotes: str) -> Path:
+    readme = folder / "README.md"
+    readme.write_text(
+        f"| notebook | claim | what we find |\n|---|---|---|\n| `01_demo` | a claim | {quotes} |\n"
+    )
+    return readme
+
+
 def test_check_readme_flags_a_figure_missing_from_the_outputs(tmp_path):
     _notebook(tmp_path, "01_demo", "gap: -0.0121 [-0.0167, -0.0074]\n")
-    readme = tmp_path / "README.md"
-    readme.write_text(
-        "| notebook | claim | what we find |\n|---|---|---|\n"
-        "| `01_demo` | a claim | gap `-0.0121 [-0.0167, -0.0074]`, other `0.5` |\n"
+    readme = _readme(tmp_path, "gap `gap: … -0.0121 [-0.0167, -0.0074]`, other `other … 0.5`")
+    quotes = ["gap: … -0.0121 [-0.0167, -0.0074]", "other … 0.5"]
+    assert execute_full.quoted_figures(readme) == {"01_demo": quotes}
+    assert execute_full.check_readme(readme, tmp_path) == ["01_demo: other … 0.5"]
+
+
+def test_a_figure_that_moved_to_another_arm_fails_though_it_is_still_in_the_outputs(tmp_path):
+    # the issue's case: the README's figure is now printed for arm B, not A. The old check (the
+    # figure anywhere in the outputs) passed it; anchored to its label it fails.
+    _notebook(
+        tmp_path,
+        "01_demo",
+        "A − base: +0.1 [-0.5, +0.7] points\nB − base: +1.9 [+0.7, +3.1] points\n",
     )
-    assert execute_full.quoted_figures(readme) == {"01_demo": ["-0.0121 [-0.0167, -0.0074]", "0.5"]}
-    assert execute_full.check_readme(readme, tmp_path) == ["01_demo: 0.5"]
+    readme = _readme(tmp_path, "`A − base: … +1.9 [+0.7, +3.1]`")
+    assert "+1.9 [+0.7, +3.1]" in execute_full.output_text(tmp_path / "01_demo.ipynb")
+    assert execute_full.check_readme(readme, tmp_path) == ["01_demo: A − base: … +1.9 [+0.7, +3.1]"]
+    assert (
+        execute_full.check_readme(_readme(tmp_path, "`B − base: … +1.9 [+0.7, +3.1]`"), tmp_path)
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "quote, found",
+    [
+        ("2 … 0.700", True),  # runs of spaces in the output count as one
+        ("4 … 0.700", False),  # the figure is on G = 2's line only
+        ("2 … 0.70", False),  # parts are whole words: 0.70 is not 0.700
+        ("0.700 … 2", False),  # parts in order
+        ("4 … 0.4571", True),
+        ("4 … 0.457", False),  # not inside a longer number
+        ("Beta 4 … 0.4292 0.4286", True),
+    ],
+)
+def test_quote_parts_are_whole_words_in_order_on_one_line(tmp_path, quote, found):
+    _notebook(tmp_path, "01_demo", " 2   0.6001     0.700\nBeta 4   0.4292  0.4286  0.4571\n")
+    missing = execute_full.check_readme(_readme(tmp_path, f"`{quote}`"), tmp_path)
+    assert missing == ([] if found else [f"01_demo: {quote}"])
+
+
+def test_a_quote_without_a_label_is_refused(tmp_path):
+    _notebook(tmp_path, "01_demo", "gap: 0.5\n")
+    for quote in ("0.5", "gap: … ", " … 0.5"):
+        missing = execute_full.check_readme(_readme(tmp_path, f"`{quote}`"), tmp_path)
+        assert missing == [f"01_demo: {quote} (no label: quote it as `label … figure`)"]
 
 
 def test_the_committed_readme_matches_the_committed_notebooks():

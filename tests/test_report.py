@@ -222,6 +222,18 @@ def test_judge_claim_states_the_difference_and_the_verdict():
     assert got["text"].startswith("B − A (m, 4 seeds): +5.3 [") and "→ reproduced" in got["text"]
 
 
+def test_judge_claim_on_a_summary_without_per_seed_values_names_the_file_and_the_key():
+    # as results/07_group_size, 07_baselines and pilot were (issue 22): no "end_by_seed"
+    rows = [{"arm": a, "group_size": 4, "metric": "m", "end": {"mean": 0.5}} for a in "AB"]
+    summary = {"name": "07_group_size", "commands": ["rlkit sweep s.yaml", "rlkit report r"]}
+    message = (
+        r"^07_group_size/summary\.json: the row of arm 'B', metric 'm' has no 'end_by_seed' "
+        r".*regenerate it from the runs: rlkit report r$"
+    )
+    with pytest.raises(ValueError, match=message):
+        judge_claim(summary | {"rows": rows}, "B", "A", +1, metric="m")
+
+
 def test_paired_stats_p_value_is_the_one_sample_t_test():
     diffs = [0.01, 0.03, 0.02, 0.04]
     got = paired_stats(diffs)

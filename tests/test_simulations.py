@@ -8,6 +8,7 @@ import torch
 
 from rlkit.advantages import get_estimator
 from rlkit.losses import entropy_from_logits
+from rlkit.models.tiny import one_torch_thread
 from simulations import closed_forms as cf
 from simulations import experiments as ex
 from simulations.bandit import SoftmaxBandit
@@ -31,10 +32,8 @@ from simulations.stats import (
 def one_thread():
     """The simulations' seeded figures at one intra-op thread, as the notebooks compute them;
     restored afterwards, so the rest of the suite runs at the thread count CI asks for."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 def test_beta_population_moments_match_samples():

@@ -15,6 +15,7 @@ from test_rollout import manual_logprobs
 from transformers import LlamaForCausalLM
 
 from rlkit.config import load_config
+from rlkit.hashing import file_sha256
 from rlkit.logprobs import sequence_logprobs
 from rlkit.models import gguf
 from rlkit.models.gguf import CONVERSION_INFO, SMOLLM2, resolve_checkpoint
@@ -90,7 +91,7 @@ def test_the_builtin_id_resolves_to_its_cached_conversion(smollm2_cache, monkeyp
     path = resolve_checkpoint(SMOLLM2)
     assert path.startswith(str(smollm2_cache / "gguf"))
     info = json.loads((Path(path) / CONVERSION_INFO).read_text())
-    assert info["gguf_sha256"] == gguf.file_sha256(gguf.gguf_path(SMOLLM2))
+    assert info["gguf_sha256"] == file_sha256(gguf.gguf_path(SMOLLM2))
     assert info["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     # the same file by its path: the same conversion (keyed by content, not by name)
     assert resolve_checkpoint(str(gguf.gguf_path(SMOLLM2))) == path

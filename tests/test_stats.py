@@ -185,15 +185,82 @@ def test_robust_dispersion_falls_back_to_std(kind):
     assert dispersion(x, kind).tolist() == pytest.approx([math.sqrt(0.2), 0.0])
 
 
+def test_mad_median_conventions_hand_examples():
+    # G = 4, [0, 1, 3, 10]. Midpoint: median 2, |d| = [2, 1, 1, 8] → median 1.5 → 1.4826·1.5.
+    # Lower: median 1, |d| = [1, 0, 2, 9] → lower median 1 → 1.4826.
+    # Half-success [0, 0, 1, 1]: midpoint MAD 1.4826·.5; lower median 0, |d| = [0, 0, 1, 1] →
+    # 0 → falls back to the std √(1/3) (mean .5, Σd² = 1). Odd G = 5 has one median.
+    x = torch.tensor([[0.0, 1.0, 3.0, 10.0], [0.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    midpoint = dispersion(x, "mad", mad_median="midpoint").tolist()
+    assert midpoint == pytest.approx([1.4826 * 1.5, 1.4826 * 0.5], rel=1e-15)
+    assert dispersion(x, "mad").tolist() == midpoint  # the default
+    lower = dispersion(x, "mad", mad_median="lower").tolist()
+    assert lower == pytest.approx([1.4826, math.sqrt(1 / 3)], rel=1e-15)
+    odd = torch.tensor([[0.0, 1.0, 3.0, 10.0, 4.0]], dtype=torch.float64)  # median 3, |d| med 2
+    for convention in ("midpoint", "lower"):
+        assert dispersion(odd, "mad", mad_median=convention).item() == pytest.approx(1.4826 * 2)
+        # the IQR has no median option: linear quantiles under both
+        assert dispersion(x, "iqr", mad_median=convention).tolist() == dispersion(x, "iqr").tolist()
+
+
+@pytest.mark.parametrize("g", [2, 3, 4, 8, 16])
+def test_lower_mad_on_binary_rewards_is_the_std(g):
+    """docs/algorithms.md §1: on 0/1 rewards the lower-median MAD is 0 on every non-constant
+    group (so the std), and the midpoint MAD departs from the std only at k = G/2 successes."""
+    k = torch.arange(g + 1).unsqueeze(1)
+    x = (torch.arange(g) < k).to(torch.float64)  # one group per success count k = 0 … G
+    std = dispersion(x, "std")
+    assert torch.equal(dispersion(x, "mad", mad_median="lower"), std)
+    midpoint = dispersion(x, "mad")
+    half = (2 * k.squeeze(1) == g).nonzero().flatten().tolist()
+    assert (midpoint != std).nonzero().flatten().tolist() == half
+    assert midpoint[half].tolist() == [1.4826 * 0.5] * len(half)
+
+
+def authors_dispersion(values: torch.Tensor, mode: str, fallback_to_std: bool) -> torch.Tensor:
+    """``AGPOTrainer._dispersion`` of github.com/wandugu/paper_agpo at commit 11e5596
+    (src/llamafactory/train/agpo/trainer.py), copied with its ``_bessel_std`` inlined."""
+    if values.numel() == 0:
+        return torch.zeros((), device=values.device)
+    if mode == "mad":
+        median = values.median()
+        dispersion = 1.4826 * (values - median).abs().median()
+    elif mode == "iqr":
+        q75 = values.quantile(0.75)
+        q25 = values.quantile(0.25)
+        dispersion = (q75 - q25) / 1.349
+    else:
+        dispersion = values.std(unbiased=True)
+    if fallback_to_std and values.numel() > 1 and dispersion <= 1e-8:
+        if not torch.allclose(values, values[0].expand_as(values)):
+            dispersion = values.std(unbiased=True)
+    return dispersion
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(20, 2), (20, 4), (20, 8), (10, 7)])
+def test_lower_mad_median_is_the_authors_advantage_dispersion(shape, kind):
+    """With the std fallback (their advantage's), ``mad_median="lower"`` is their MAD: the same
+    value, to the last bits of a std reduced along a batch dimension instead of one row."""
+    x = random_groups(shape[1] + len(kind), shape, kind)
+    theirs = [authors_dispersion(row, "mad", fallback_to_std=True).item() for row in x]
+    assert dispersion(x, "mad", mad_median="lower").tolist() == pytest.approx(theirs, rel=1e-15)
+    if shape[1] % 2 == 0:  # at even G the midpoint median is not theirs
+        assert dispersion(x, "mad").tolist() != pytest.approx(theirs, rel=1e-15)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("disp", ["std", "mad", "iqr"])
+@pytest.mark.parametrize("disp", ["std", "mad", "iqr", "mad-lower"])
 def test_dispersion_matches_reference(shape, kind, disp):
     x = random_groups(sum(shape) + len(kind) + len(disp), shape, kind)
-    expected = [ref.dispersion(row, disp) for row in x.tolist()]
-    assert dispersion(x, disp).tolist() == pytest.approx(expected, rel=1e-10, abs=1e-12)
+    disp, _, convention = disp.partition("-")
+    options = {"mad_median": convention} if convention else {}
+    expected = [ref.dispersion(row, disp, **options) for row in x.tolist()]
+    assert dispersion(x, disp, **options).tolist() == pytest.approx(expected, rel=1e-10, abs=1e-12)
     # dim argument: the same statistic along dim 0 of the transpose
-    assert dispersion(x.T, disp, dim=0).tolist() == pytest.approx(expected, rel=1e-10, abs=1e-12)
+    along0 = dispersion(x.T, disp, dim=0, **options).tolist()
+    assert along0 == pytest.approx(expected, rel=1e-10, abs=1e-12)
 
 
 @pytest.mark.parametrize("shape", [(20, 5), (20, 8), (10, 31)])
@@ -240,6 +307,8 @@ def test_group_std_with_too_few_values_is_zero():
 def test_dispersion_bad_input():
     with pytest.raises(ValueError, match="unknown dispersion 'range'"):
         dispersion(torch.ones(2, 3), "range")
+    with pytest.raises(ValueError, match="unknown mad_median 'upper'"):
+        dispersion(torch.ones(2, 3), "mad", mad_median="upper")
     with pytest.raises(ValueError, match="ddof"):
         dispersion(torch.ones(2, 3), "std", ddof=2)
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from rlkit.cache import default_cache_dir
+from rlkit.hashing import file_sha256
 
 GGUF_SUFFIX = ".gguf"
 CONVERSION_INFO = "gguf_conversion.json"  # written last: a directory without it is unfinished
@@ -94,14 +95,6 @@ def check_gguf_available(name_or_path: str) -> None:
             f"model.name_or_path={name_or_path} is a GGUF checkpoint, and reading one needs the "
             f"gguf package: {install}"
         )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def resolve_checkpoint(name_or_path: str, cache_dir: str | Path | None = None) -> str:

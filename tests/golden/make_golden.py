@@ -17,7 +17,8 @@ on a matching machine and otherwise regenerates the reference with the recorded 
     python tests/golden/make_golden.py --fixture      # rewrite the checkpoint fixture as well
 
 Only interfaces that predate the golden files are used (``load_config``, ``Trainer``,
-``saved_config``), so the script also runs against older code on ``PYTHONPATH``.
+``saved_config``, ``one_torch_thread``), so the script also runs against older code on
+``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ import json
 import platform
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+from rlkit.models.tiny import one_torch_thread
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 FIXTURE = "resume_fixture"
 FINGERPRINT = "fingerprint.json"
 
+# The base overrides repeat tests/test_trainer.make_config's (with their own steps and prompts)
+# deliberately instead of importing them: the golden files must not move when that helper changes.
 COMMON = (
     "steps=3",
     "rollout.num_prompts=8",
@@ -144,17 +148,6 @@ def cleaned(metrics_file: Path) -> str:
     )
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Golden files are made and compared at one thread (the kernels' reduction order)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def build_qlora_model(path: Path) -> str:
     """The 64-wide tiny Llama of tests/test_qlora.py (bitsandbytes' CPU 4-bit kernels need widths
     that are multiples of 64), built from a fixed seed with rlkit's character tokenizer."""
@@ -193,7 +186,7 @@ def resume(fixture: Path, run_dir: Path) -> str:
 
 def run_case(name: str, work: Path, fixture: Path = GOLDEN_DIR / FIXTURE) -> str:
     """Case ``name``'s cleaned ``metrics.jsonl``, run at one thread under ``work``."""
-    with one_thread():
+    with one_torch_thread():  # golden files are made and compared at one thread
         if name == "resume":
             return resume(fixture, work / "resume")
         overrides = CASES[name]
@@ -209,7 +202,7 @@ def write_fixture(work: Path, fixture: Path) -> str:
     at step 2 (config, metrics up to step 2, the step-2 checkpoint) as the fixture; return the
     full run's metrics."""
     run = work / "straight"
-    with one_thread():
+    with one_torch_thread():  # golden files are made and compared at one thread
         train(run, RESUME)
     shutil.rmtree(fixture, ignore_errors=True)
     shutil.copytree(run, fixture, ignore=shutil.ignore_patterns("*.lock", ".*", "step_000004"))
