@@ -207,3 +207,26 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
     rv.load(str(tmp_path))
     with pytest.raises(ValueError, match="saved with .* resume with the same algorithm.rlkit"):
         rv.estimate("ebpo", config={"rlkit": {"ebpo": {"prior": "batch"}}}, **batch)
+
+
+def test_malformed_batches_say_what_is_wrong():
+    batch, where = verl_batch(grouped_rewards(0), seed=0)
+    with pytest.raises(ValueError, match="index has 22 uids for a batch of 23 rows"):
+        rv.estimate("ebpo", **(batch | {"index": batch["index"][:-1]}))
+    with pytest.raises(ValueError, match=r"must both be \[bs, T\], got \(23, 6\) and \(23, 5\)"):
+        rv.estimate("ebpo", **(batch | {"response_mask": batch["response_mask"][:, :-1]}))
+    labels = np.array(["a"] * len(batch["index"]), dtype=object)
+    labels[next(row for row, (p, _) in enumerate(where) if p == 2)] = "b"
+    config = {"rlkit": {"cluster_key": "topic"}}
+    rv.reset()  # a run with clusters: the settings must not change within one
+    with pytest.raises(
+        ValueError, match=r"rows of uid 'u2' carry different 'topic' labels \['a', 'b'\]"
+    ):
+        rv.estimate("ebpo", config=config, non_tensor_batch={"topic": labels}, **batch)
+
+
+def test_options_changed_within_a_run_are_refused():
+    batch = verl_batch(grouped_rewards(0), seed=0)[0]
+    rv.estimate("ebpo", **batch)
+    with pytest.raises(ValueError, match="algorithm.rlkit must not change during a run"):
+        rv.estimate("ebpo", config={"rlkit": {"ebpo": {"whitening": "none"}}}, **batch)
