@@ -145,6 +145,7 @@ CASES = [
     ("ebpo", {}),
     ("ebpo", {"prior": "batch"}),
     ("ebpo", {"prior_decay": 0.9, "whitening": "center"}),
+    ("ebpo", {"whitening": "none"}),
     ("agpo", {}),
     ("agpo", {"dispersion": "iqr"}),
 ]
