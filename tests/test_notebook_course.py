@@ -25,6 +25,7 @@ COURSE_NOTEBOOKS = [
     "06_train_step_by_step",
     "07_ebpo_ablations",
     "08_agpo_ablations",
+    "11_synthesis",
 ]
 THEORY_NOTEBOOKS = COURSE_NOTEBOOKS[1:6]  # 01-05: a question and a picture before the claim
 # a claim or a formula: where a theory notebook stops asking and starts stating
