@@ -6,6 +6,7 @@
 - :mod:`simulations.experiments` the vectorized experiment drivers the notebooks call
 - :mod:`simulations.stats`, :mod:`simulations.plotting` intervals over seeds, figures
 - :mod:`simulations.scale`       the notebooks' full and CI scales; where a CI-scale run writes
+- :mod:`simulations.poke`        one run of one sweep arm, by hand (notebooks 07 and 08)
 """
 
 from simulations import closed_forms, experiments, plotting, population, scale, stats

@@ -1,7 +1,10 @@
 """The notebooks as a course (issue 24): each first cell of a course notebook opens with a
 "Start here" box (prerequisites, what you will learn, run time, next notebook) and links the
-glossary; every "Try it" exercise has a folded answer; the README gives a reading order that
-covers every notebook."""
+glossary; each has 2-4 "Try it" exercises, every one checked by an assert and followed by a folded
+answer; each theory notebook (01-05) opens with a question and draws a picture before its claim or
+formulas; 05 names its signals and weights before its formulas; 06 teaches how to read a training
+curve and warns that the loss value means nothing; theory and practice point to each other; the
+README gives a reading order that covers every notebook."""
 
 import re
 from pathlib import Path
@@ -11,20 +14,45 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# notebooks that have their Start-here box so far; 04, 05, 06 and 09 are still to do (issue 24)
+# notebooks that have their Start-here box so far; 09 and 10 are still to do (issue 24)
 COURSE_NOTEBOOKS = [
     "00_grpo_from_scratch",
     "01_shrinkage_mse",
     "02_vanishing_gradients",
     "03_entropy_decay",
+    "04_clustered_priors",
+    "05_agpo_controllers",
+    "06_train_step_by_step",
     "07_ebpo_ablations",
     "08_agpo_ablations",
+    "11_synthesis",
+]
+THEORY_NOTEBOOKS = COURSE_NOTEBOOKS[1:6]  # 01-05: a question and a picture before the claim
+# a claim or a formula: where a theory notebook stops asking and starts stating
+CLAIM = re.compile(r"\*\*Claims?\*\*|\*\*What AGPO claims\*\*|\$\$")
+# theory and practice point to each other (issue 24: 04 <-> 07, 03 <-> 06, 02 <-> 06)
+CROSS_REFERENCES = [
+    ("04_clustered_priors", "07_ebpo_ablations"),
+    ("03_entropy_decay", "06_train_step_by_step"),
+    ("02_vanishing_gradients", "06_train_step_by_step"),
 ]
 START_HERE_ITEMS = ("**Prerequisites:**", "**You will learn:**", "**Run time:**", "**Next:**")
 
 
 def cells(stem: str):
     return nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4).cells
+
+
+def try_it_cells(nb_cells) -> list[int]:
+    return [
+        i
+        for i, cell in enumerate(nb_cells)
+        if cell.cell_type == "code" and cell.source.startswith("# Try it")
+    ]
+
+
+def markdown_text(stem: str) -> str:
+    return "\n".join(c.source for c in cells(stem) if c.cell_type == "markdown")
 
 
 @pytest.mark.parametrize("stem", COURSE_NOTEBOOKS)
@@ -40,11 +68,7 @@ def test_first_cell_has_a_start_here_box_and_links_the_glossary(stem):
 @pytest.mark.parametrize("stem", COURSE_NOTEBOOKS)
 def test_every_try_it_cell_is_followed_by_a_folded_answer(stem):
     nb_cells = cells(stem)
-    exercises = [
-        i
-        for i, cell in enumerate(nb_cells)
-        if cell.cell_type == "code" and cell.source.startswith("# Try it")
-    ]
+    exercises = try_it_cells(nb_cells)
     assert exercises, f"{stem} has no Try-it cell"
     for i in exercises:
         following = nb_cells[i + 1 : i + 3]  # the answer comes after at most one check cell
@@ -52,6 +76,69 @@ def test_every_try_it_cell_is_followed_by_a_folded_answer(stem):
             c.cell_type == "markdown" and "<details><summary>Answer</summary>" in c.source
             for c in following
         ), f"{stem} cell {i}: Try it without a folded answer after it"
+
+
+@pytest.mark.parametrize("stem", COURSE_NOTEBOOKS)
+def test_two_to_four_try_it_cells_each_checked_by_an_assert(stem):
+    nb_cells = cells(stem)
+    exercises = try_it_cells(nb_cells)
+    assert 2 <= len(exercises) <= 4, f"{stem}: {len(exercises)} Try-it cells, not 2-4"
+    for i in exercises:  # the exercise asserts its answer itself, or the check cell after it does
+        checked = "assert" in nb_cells[i].source or (
+            nb_cells[i + 1].cell_type == "code" and "assert" in nb_cells[i + 1].source
+        )
+        assert checked, f"{stem} cell {i}: a Try-it cell without a check"
+
+
+@pytest.mark.parametrize("stem", THEORY_NOTEBOOKS)
+def test_theory_notebooks_open_with_a_question_and_a_picture_before_the_claim(stem):
+    nb_cells = cells(stem)
+    assert "**The question.**" in nb_cells[0].source, f"{stem}: the first cell asks no question"
+    claim = next(
+        i for i, c in enumerate(nb_cells) if c.cell_type == "markdown" and CLAIM.search(c.source)
+    )
+    picture = next(
+        i for i, c in enumerate(nb_cells) if c.cell_type == "code" and "plotting.save(" in c.source
+    )
+    assert picture < claim, f"{stem}: the first figure (cell {picture}) comes after the claim"
+
+
+def test_05_names_its_signals_and_weights_before_its_formulas():
+    nb_cells = cells("05_agpo_controllers")
+    formulas = next(i for i, c in enumerate(nb_cells) if "ε = clip(" in c.source)
+    before = "\n".join(c.source for c in nb_cells[:formulas] if c.cell_type == "markdown")
+    for symbol in ("α", "γ", "δ", "λ", "ζ", "σ̂", "E_probe", "D̂_KL", "H̄_ref"):
+        assert symbol in before, f"05 uses {symbol} in its formulas before defining it"
+    assert "7, 7, 7, 9" in before, "05 defines vote entropy without a four-answer example"
+    curves = next(i for i, c in enumerate(nb_cells) if "05_agpo_controllers_eps" in c.source)
+    assert curves < formulas, "05 shows its formulas before its one-signal response curves"
+    assert "*for*" in nb_cells[0].source, "05 does not say what the clip and temperature are for"
+
+
+def test_06_teaches_how_to_read_a_training_curve():
+    nb_cells = cells("06_train_step_by_step")
+    section = next(
+        c.source
+        for c in nb_cells
+        if c.cell_type == "markdown" and c.source.startswith("## How to read a training curve")
+    )
+    for point in ("T = 1 sample", "wiggles", "before clipping", "cannot act", "means nothing"):
+        assert point in section, f"06's training-curve section lacks {point!r}"
+    first_loss = next(  # the first code cell that prints a loss value
+        i for i, c in enumerate(nb_cells) if c.cell_type == "code" and "loss {loss" in c.source
+    )
+    assert "means nothing" in nb_cells[first_loss - 1].source, "06 prints a loss without a warning"
+    assert any(
+        c.cell_type == "markdown" and "before and after" in c.source.splitlines()[0]
+        for c in nb_cells
+    ), "06 shows no held-out problems before and after the runs"
+
+
+@pytest.mark.parametrize("theory, practice", CROSS_REFERENCES)
+def test_theory_and_practice_point_to_each_other(theory, practice):
+    for stem, other in ((theory, practice), (practice, theory)):
+        mention = re.compile(rf"\bnotebooks? (?:\d\d(?:,| and| or|–)? )*{other[:2]}\b", re.I)
+        assert mention.search(markdown_text(stem)), f"{stem} does not point to notebook {other[:2]}"
 
 
 def test_the_readme_reading_order_covers_every_notebook():

@@ -1,6 +1,7 @@
 """Unit tests of simulations/: closed forms against Monte Carlo, determinism, shapes, gradients."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,8 @@ from simulations.stats import (
     paired_difference,
     within_standard_errors,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -330,3 +333,31 @@ def test_shift_bandit_logs_what_pins_eps():
         assert ((adaptive[key] >= 0) & (adaptive[key] <= 1)).all()
     assert adaptive["entropy_ratio"][0] == 1.0  # H̄_ref starts at the first entropy
     assert np.all(fixed["entropy_ratio"] == 1.0) and np.all(fixed["eps_at_floor"] == 0)
+
+
+def test_poke_overrides_are_the_sweeps_own_run_plus_the_changes(tmp_path):
+    from rlkit.config import load_config
+    from rlkit.sweep import parse_spec, plan
+    from simulations.poke import poke_overrides
+
+    spec_path = ROOT / "sweeps/07_group_size.yaml"
+    run = next(r for r in plan(parse_spec(spec_path)) if r.key == "EBPO/G2/seed3")
+    base, overrides = poke_overrides(
+        spec_path, "EBPO", 3, tmp_path / "poke", group_size=2, changes=["rollout.temperature=0.7"]
+    )
+    assert base == "tiny-cpu" and overrides[: len(run.overrides)] == list(run.overrides)
+    cfg = load_config(base, overrides)
+    assert cfg.output_dir == str(tmp_path / "poke") and cfg.rollout.temperature == 0.7
+    assert (cfg.seed, cfg.rollout.group_size, cfg.algo.estimator) == (3, 2, "ebpo")
+
+
+def test_poke_overrides_name_what_the_spec_runs():
+    from simulations.poke import poke_overrides
+
+    spec_path = ROOT / "sweeps/07_group_size.yaml"
+    with pytest.raises(ValueError, match=r"no arm 'DAPO' at seed 0.*arms are \['GRPO', 'EBPO'\]"):
+        poke_overrides(spec_path, "DAPO", 0, "out")
+    with pytest.raises(ValueError, match=r"at G = \[2, 4, 8, 16\]: pass group_size"):
+        poke_overrides(spec_path, "EBPO", 0, "out")
+    _, overrides = poke_overrides(ROOT / "sweeps/08_components.yaml", "AGPO", 0, "out")
+    assert "rollout.group_size=4" in overrides  # one group size: no need to name it
