@@ -28,10 +28,12 @@ demo: venv
 	$(BIN)/rlkit demo --overwrite
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
-# when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset.
+# when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset; the
+# whole suite (no TESTS) ends with the verl integration's tests in their own environment.
 TESTS ?=
 test: venv
 	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider $(TESTS)
+	$(if $(TESTS),,$(MAKE) test-verl)
 
 # JupyterLab refuses to start as root unless told --allow-root (a container's or CI's root shell).
 notebooks: $(BIN)/.notebooks
