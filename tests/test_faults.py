@@ -167,7 +167,7 @@ def test_fresh_run_into_a_used_dir_refuses_then_overwrites(run, capsys):
 
 
 class FakePolicy:
-    def save(self, path):
+    def save(self, path, state_dict=None):
         Path(path).mkdir(parents=True)
         (Path(path) / "weights.safetensors").write_bytes(b"w")
 
