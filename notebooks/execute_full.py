@@ -76,11 +76,12 @@ def quoted_figures(readme: Path = README) -> dict[str, list[str]]:
 
 def quote_pattern(quote: str) -> re.Pattern | None:
     """A quote ``label … figure`` as a regex over one whitespace-collapsed output line: its parts in
-    order, each delimited by spaces or the line's ends; None for a quote without a label."""
+    order, each delimited by spaces or the line's ends (a part may end before ``;``, ``,`` or
+    ``:``); None for a quote without a label."""
     parts = [" ".join(part.split()) for part in quote.split(GAP)]
     if len(parts) < 2 or not all(parts):
         return None
-    return re.compile(".*".join(rf"(?<!\S){re.escape(part)}(?!\S)" for part in parts))
+    return re.compile(".*".join(rf"(?<!\S){re.escape(part)}(?![^\s;,:])" for part in parts))
 
 
 def check_readme(readme: Path = README, notebook_dir: Path = HERE) -> list[str]:
