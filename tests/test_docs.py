@@ -1,6 +1,7 @@
 """The documentation a user's clone gets is self-contained: no tracked file points to the
 maintainers' `shared/` folder beside the repository, and every relative link in the Markdown
-files and notebooks' Markdown cells names a file that is in the repository."""
+files and notebooks' Markdown cells names a file that is in the repository, and its anchor
+(``#…``), if it has one, a heading of that page."""
 
 from __future__ import annotations
 
@@ -45,16 +46,69 @@ def test_no_tracked_file_points_outside_the_repository():
     assert not offenders, f"references to files outside the repository: {offenders}"
 
 
-def test_relative_links_resolve_inside_the_repository():
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file or notebook: the heading's text
+    without its links' targets, lower-cased, punctuation other than ``-`` and ``_`` dropped,
+    spaces as ``-``, and ``-1``, ``-2`` … after a repeated one. Headings inside code fences are
+    code, not headings."""
+    anchors, seen = set(), {}
+    for text in markdown_texts(path):
+        fenced = False
+        for line in text.splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            heading = None if fenced else re.match(r"#{1,6} +(.*?) *#* *$", line)
+            if heading:
+                words = re.sub(r"\[([^]]*)\]\([^)]*\)", r"\1", heading.group(1)).lower()
+                slug = re.sub(r"[^\w\- ]", "", words).replace(" ", "-")
+                anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+                seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def broken_links(paths: list[Path], root: Path) -> list[str]:
+    """Each relative link in the Markdown of ``paths`` that names no file under ``root``, or an
+    anchor (``#…``, in the same page or another Markdown file or notebook) that no heading
+    there has, as ``file: target``."""
     broken = []
-    for path in tracked_files():
+    for path in paths:
         if path.suffix not in (".md", ".ipynb"):
             continue
         for text in markdown_texts(path):
             for target in LINK.findall(text):
-                if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-                    continue  # a URL or an anchor in the same page
-                resolved = (path.parent / target.split("#")[0]).resolve()
-                if not resolved.is_relative_to(ROOT) or not resolved.exists():
-                    broken.append(f"{path.relative_to(ROOT)}: {target}")
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                    continue  # a URL
+                name, _, anchor = target.partition("#")
+                resolved = (path.parent / name).resolve() if name else path
+                if not resolved.is_relative_to(root) or not resolved.exists():
+                    broken.append(f"{path.relative_to(root)}: {target}")
+                elif (
+                    anchor
+                    and resolved.suffix in (".md", ".ipynb")
+                    and anchor not in heading_anchors(resolved)
+                ):
+                    broken.append(f"{path.relative_to(root)}: {target} (no such heading)")
+    return broken
+
+
+def test_relative_links_resolve_inside_the_repository():
+    broken = broken_links(tracked_files(), ROOT)
     assert not broken, f"relative links to nothing in the repository: {broken}"
+
+
+def test_links_to_a_missing_file_or_heading_are_reported(tmp_path):
+    (tmp_path / "other.md").write_text(
+        "# Other page\n\n## Step 2 · the `prior` (EBPO)\n\n```\n# not a heading\n```\n## Again\n"
+        "## Again\n",
+        encoding="utf-8",
+    )
+    page = tmp_path / "page.md"
+    good = ["other.md", "other.md#other-page", "other.md#step-2--the-prior-ebpo", "#page"]
+    good += ["other.md#again-1", "https://example.org/x#y"]
+    bad = ["missing.md", "other.md#no-such-heading", "#nowhere", "other.md#not-a-heading"]
+    bad += ["other.md#again-2"]
+    page.write_text(
+        "# Page\n\n" + "\n".join(f"[link]({t})" for t in good + bad) + "\n", encoding="utf-8"
+    )
+    reported = [line.split(": ", 1)[1].split(" (")[0] for line in broken_links([page], tmp_path)]
+    assert reported == bad

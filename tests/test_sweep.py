@@ -14,6 +14,7 @@ from rlkit.checkpoint import load_checkpoint
 from rlkit.cli import main
 from rlkit.metrics import read_metrics
 from rlkit.sweep import parse_spec, plan, run_sweep
+from rlkit.tasks.loader import load_problems, subset
 from rlkit.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,3 +179,24 @@ def test_pool_runs_jobs_in_worker_processes_and_names_failures():
 def test_shipped_specs_are_valid(spec):
     runs = plan(parse_spec(spec))
     assert runs and len({r.dir for r in runs}) == len(runs)
+
+
+@pytest.mark.parametrize("spec", sorted(ROOT.glob("sweeps/*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_evaluate_the_problems_of_their_committed_results(spec):
+    """Rerunning a shipped spec evaluates as many held-out problems as its committed summary
+    reports, whatever the base preset's eval.num_problems says now (the spec pins it)."""
+    summary = ROOT / "results" / spec.stem / "summary.json"
+    if not summary.is_file():
+        pytest.skip(f"no committed results for {spec.stem}")
+    rows = json.loads(summary.read_text())["rows"]
+    committed = {(r["arm"], r["group_size"]): r["eval_problems"] for r in rows}
+    splits = {}
+    for run in plan(parse_spec(spec)):
+        task = run.cfg.task
+        if repr(task) not in splits:
+            splits[repr(task)] = load_problems(task)[1]
+        evaluated = len(subset(splits[repr(task)], run.cfg.eval.num_problems))
+        assert evaluated == committed[run.arm, run.group_size], (
+            f"{spec.name}: {run.key} would evaluate {evaluated} problems, "
+            f"{summary.relative_to(ROOT)} has {committed[run.arm, run.group_size]}"
+        )
