@@ -1,0 +1,103 @@
+"""PPO with a value head (docs/algorithms.md §6): GAE, whitening, the clipped value loss and the
+KL controllers against hand-worked examples and float64 references; the trainer end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlkit.ppo import (
+    AdaptiveKLController,
+    FixedKLController,
+    clipped_value_loss,
+    gae,
+    token_rewards,
+    whiten,
+)
+
+F64 = torch.float64
+
+
+def test_token_rewards_hand_example():
+    """−β·KL on every real token, the verifiable reward added on the last one (eq. 6.1)."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]], dtype=F64)
+    out = token_rewards(torch.tensor([1.0, 0.5]), mask, kl, 0.1)
+    expected = torch.tensor([[-0.01, -0.02, 0.97], [-0.04, 0.45, 0.0]], dtype=F64)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-15)
+    no_kl = token_rewards(torch.tensor([1.0, 0.5]), mask)
+    assert no_kl.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
+
+
+def test_gae_hand_example():
+    """γ = 1, λ = ½. Row 0: δ = (0.1, 0.1, 0.3), A = (0.225, 0.25, 0.3). Row 1 ends at t = 1
+    (V = 0 after it, whatever the padding holds): δ = (0, 1), A = (0.5, 1)."""
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]], dtype=F64)
+    values = torch.tensor([[0.5, 0.6, 0.7], [1.0, 1.0, 9.0]], dtype=F64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.5)
+    torch.testing.assert_close(
+        adv, torch.tensor([[0.225, 0.25, 0.3], [0.5, 1.0, 0.0]], dtype=F64), rtol=0, atol=1e-15
+    )
+    torch.testing.assert_close(
+        ret, torch.tensor([[0.725, 0.85, 1.0], [1.5, 2.0, 0.0]], dtype=F64), rtol=0, atol=1e-15
+    )
+
+
+def reference_gae(rewards, values, lengths, gamma, lam):
+    """A_t = Σ_l (γλ)^l δ_{t+l} written as the sum, in Python floats (not the recursion)."""
+    adv = [[0.0] * len(r) for r in rewards]
+    for b, n in enumerate(lengths):
+        v = [float(x) for x in values[b][:n]] + [0.0]
+        delta = [float(rewards[b][t]) + gamma * v[t + 1] - v[t] for t in range(n)]
+        for t in range(n):
+            adv[b][t] = sum((gamma * lam) ** k * delta[t + k] for k in range(n - t))
+    return torch.tensor(adv, dtype=F64)
+
+
+def test_gae_matches_float64_reference():
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.randn(5, 7, generator=g, dtype=F64)
+    values = torch.randn(5, 7, generator=g, dtype=F64)
+    lengths = [7, 1, 4, 6, 3]
+    mask = torch.arange(7)[None, :] < torch.tensor(lengths)[:, None]
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    expected = reference_gae(rewards.tolist(), values.tolist(), lengths, 0.9, 0.8)
+    torch.testing.assert_close(adv, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ret, (expected + values) * mask, rtol=1e-12, atol=1e-12)
+
+
+def test_whiten_uses_real_tokens_only():
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 100.0, -50.0]], dtype=F64)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    real = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=F64)
+    expected = (real - real.mean()) / torch.sqrt(real.var() + 1e-8)  # unbiased, as TRL
+    out = whiten(x, mask)
+    torch.testing.assert_close(out[mask], expected, rtol=0, atol=1e-12)
+    assert out[~mask].tolist() == [0.0, 0.0]
+
+
+def test_clipped_value_loss_hand_example():
+    """c = 0.2. Token 0: clip(1.0) = 0.7, max((1−2)², (0.7−2)²) = 1.69 → 0.845, clipped. Token 1:
+    clip(0.0) = 0.3, max((0−0.4)², (0.3−0.4)²) = 0.16 → 0.08, not clipped."""
+    values = torch.tensor([1.0, 0.0], dtype=F64)
+    old = torch.tensor([0.5, 0.5], dtype=F64)
+    returns = torch.tensor([2.0, 0.4], dtype=F64)
+    loss, clipped = clipped_value_loss(values, old, returns, 0.2)
+    torch.testing.assert_close(loss, torch.tensor([0.845, 0.08], dtype=F64), rtol=0, atol=1e-15)
+    assert clipped.tolist() == [True, False]
+
+
+def test_adaptive_kl_hand_example():
+    """TRL's AdaptiveKLController: e = clip(KL/6 − 1, ±0.2), β ← β·(1 + e·n/10000)."""
+    ctl = AdaptiveKLController(0.2, target=6.0, horizon=10000)
+    ctl.update(9.0, 256)  # e = 0.5 → 0.2
+    assert ctl.value == pytest.approx(0.2 * (1 + 0.2 * 256 / 10000), rel=1e-15)
+    ctl.update(5.4, 100)  # e = −0.1
+    assert ctl.value == pytest.approx(0.201024 * (1 - 0.1 * 100 / 10000), rel=1e-15)
+    restored = AdaptiveKLController(0.2, target=6.0, horizon=10000)
+    restored.load_state_dict(ctl.state_dict())
+    assert restored.value == ctl.value
+    fixed = FixedKLController(0.05)
+    fixed.update(100.0, 256)
+    assert fixed.value == 0.05
