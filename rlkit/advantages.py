@@ -196,7 +196,7 @@ class DrGRPO(AdvantageEstimator):
 class PPOReward(AdvantageEstimator):
     """PPO's per-row input: each completion's verifiable reward, no group baseline (the critic is
     the baseline); ``rlkit.methods.PPO`` puts it on the last token and GAE turns it into per-token
-    advantages (docs/algorithms.md §6). A group of one is fine."""
+    advantages (docs/algorithms.md §4c). A group of one is fine."""
 
     min_group_size = 1
 

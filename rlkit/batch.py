@@ -107,7 +107,7 @@ class TrainBatch:
     """What the update trains on. ``advantages``: one per row [B] (broadcast over its tokens) or
     one per token [B, Lc] (PPO's GAE). ``old`` None: the update is on-policy, and π_old is the
     detached training forward itself; ``ref_logp`` None: no KL term; ``returns`` [B, Lc]: the
-    value head's targets (PPO, docs/algorithms.md §6), None: no value loss."""
+    value head's targets (PPO, docs/algorithms.md §4c), None: no value loss."""
 
     rollouts: RolloutBatch
     advantages: torch.Tensor  # [B] or [B, Lc]

@@ -158,7 +158,7 @@ class AlgoConfig:
 @dataclass
 class PPOConfig:
     """PPO with a value head on the shared backbone and the KL penalty in the reward
-    (``algo.estimator=ppo``; docs/algorithms.md §6, where each default's source is given)."""
+    (``algo.estimator=ppo``; docs/algorithms.md §4c, where each default's source is given)."""
 
     gamma: float = 1.0  # GAE discount (TRL's PPOConfig, verl's algorithm.gamma)
     lam: float = 0.95  # GAE λ (TRL's PPOConfig; verl's algorithm.lam is 1.0)

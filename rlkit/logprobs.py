@@ -146,7 +146,7 @@ def _token_logprobs(
     value_head: torch.nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """One micro-batch: log softmax(z / T)[y] at completion positions, H(softmax(z)), and with
-    ``value_head`` PPO's values V(s_t) from the same states (docs/algorithms.md §6).
+    ``value_head`` PPO's values V(s_t) from the same states (docs/algorithms.md §4c).
 
     The decoder gives the states (`_completion_states`); the output head then runs over
     ``chunk_size`` completion positions at a time (None: all at once), so full-vocabulary logits
@@ -303,7 +303,7 @@ class PolicyForward:
         self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool, values: bool = False
     ) -> PolicyPass:
         """π_old before the update, in eval mode (it samples without dropout); ``values``: and
-        the value head's V_old (PPO, docs/algorithms.md §6)."""
+        the value head's V_old (PPO, docs/algorithms.md §4c)."""
         with self.phases("old"), eval_mode(self.policy.model):
             return PolicyPass(*self(self.policy.model, rollouts, temps, entropy, values=values))
 

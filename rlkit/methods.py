@@ -6,7 +6,7 @@ what happens after the update (``after_update``), its own logged signals (``metr
 state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
 their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
 the steps of docs/algorithms.md §3; :class:`PPO` adds a value head and per-token advantages
-(``token_advantages``, §6). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*`` and
+(``token_advantages``, §4c). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*`` and
 ``ppo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
 returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 ``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
@@ -308,7 +308,7 @@ class AGPO(Method):
 
 
 class PPO(Method):
-    """PPO with a value head on the shared backbone (docs/algorithms.md §6): the verifiable
+    """PPO with a value head on the shared backbone (docs/algorithms.md §4c): the verifiable
     reward on the last token minus β·KL(π_old ‖ π_ref) on every token (k1, as TRL and verl),
     GAE(γ, λ) over the value head's V_old, whitened over every rank's real tokens; β fixed or
     Ziegler et al.'s adaptive controller, updated each step from the observed KL."""
@@ -344,8 +344,8 @@ class PPO(Method):
         return total / self.dist.all_reduce_sum(m.sum()).clamp_min(1.0)
 
     def token_advantages(self, batch: TrainBatch) -> TrainBatch:
-        """§6 eqs. 6.1–6.3 on this rank's rows; ``batch.advantages`` holds each row's reward.
-        The KL controller then moves β from the batch's KL (eq. 6.5), for the next step."""
+        """§4c eqs. 4c.1–4c.3 on this rank's rows; ``batch.advantages`` holds each row's reward.
+        The KL controller then moves β from the batch's KL (eq. 4c.5), for the next step."""
         old, mask, ppo = batch.old, batch.rollouts.completion_mask, self.ppo
         kl = None if batch.ref_logp is None else kl_divergence(old.logp, batch.ref_logp, "k1")
         beta = self.kl_ctl.value

@@ -30,7 +30,7 @@ STRATEGIES = ("ddp", "fsdp2")
 
 class LogProbPass(torch.nn.Module):
     """``rlkit.logprobs._token_logprobs`` of ``model`` as this module's forward; ``value_head``
-    (PPO's, docs/algorithms.md §6) is a submodule, so its gradients synchronise too."""
+    (PPO's, docs/algorithms.md §4c) is a submodule, so its gradients synchronise too."""
 
     def __init__(self, model: torch.nn.Module, value_head: torch.nn.Module | None = None):
         super().__init__()

@@ -1,4 +1,4 @@
-"""PPO with a learned value function (docs/algorithms.md §6): token rewards, GAE, whitening, the
+"""PPO with a learned value function (docs/algorithms.md §4c): token rewards, GAE, whitening, the
 clipped value loss and the KL controllers (fixed and adaptive).
 
 Shapes: per-token tensors are ``[B, T]`` (B completions, T completion tokens, right-padded) with
@@ -20,7 +20,7 @@ def token_rewards(
     kl: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> torch.Tensor:
-    """r_t = −β·KL_t + 1[t = last real token]·R (§6, eq. 6.1; Ziegler et al. 2019, TRL's
+    """r_t = −β·KL_t + 1[t = last real token]·R (§4c, eq. 4c.1; Ziegler et al. 2019, TRL's
     ``compute_rewards``, verl's ``apply_kl_penalty``); 0 at padding."""
     mask = mask.bool()
     rewards = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
@@ -40,7 +40,7 @@ def gae(
     gamma: float = 1.0,
     lam: float = 0.95,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation (§6, eq. 6.2; Schulman et al. 2016), in float64:
+    """Generalised advantage estimation (§4c, eq. 4c.2; Schulman et al. 2016), in float64:
 
         δ_t = r_t + γ·V_{t+1} − V_t,   A_t = δ_t + γλ·A_{t+1},   R_t = A_t + V_t
 
@@ -62,7 +62,7 @@ def gae(
 
 def whiten(x: torch.Tensor, mask: torch.Tensor, dist: Collective | None = None) -> torch.Tensor:
     """(x − mean) / sqrt(var + 1e-8) over the real tokens of every rank's rows, with the unbiased
-    variance (§6, eq. 6.3; TRL's ``masked_whiten``); 0 at padding."""
+    variance (§4c, eq. 4c.3; TRL's ``masked_whiten``); 0 at padding."""
     dist = dist or Local()
     m = mask.to(torch.float64)
     x64 = x.to(torch.float64)
@@ -79,7 +79,7 @@ def clipped_value_loss(
     returns: torch.Tensor,
     cliprange: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token ½·max((V − R)², (clip(V, V_old − c, V_old + c) − R)²) (§6, eq. 6.4; TRL's and
+    """Per-token ½·max((V − R)², (clip(V, V_old − c, V_old + c) − R)²) (§4c, eq. 4c.4; TRL's and
     verl's value loss) and where the clipped branch was the larger (TRL's ``vf_clipfrac``)."""
     returns = returns.to(values.dtype)
     clipped = old_values + (values - old_values).clamp(-cliprange, cliprange)
@@ -105,7 +105,7 @@ class FixedKLController:
 
 
 class AdaptiveKLController(FixedKLController):
-    """Ziegler et al. 2019 (§2.2), TRL's ``AdaptiveKLController`` (§6, eq. 6.5)::
+    """Ziegler et al. 2019 (§2.2), TRL's ``AdaptiveKLController`` (§4c, eq. 4c.5)::
 
         e = clip(KL / KL_target − 1, −0.2, 0.2),   β ← β·(1 + e·n / horizon)
 

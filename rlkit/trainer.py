@@ -253,7 +253,7 @@ class Trainer:
             problems = [p for part in self.dist.all_gather_object(groups.problems) for p in part]
             adv = self.method.advantages(rewards, problems)  # §1–§2
             batch = self.train_batch(groups, self.dist.my_rows(adv.advantages))  # π_old, π_ref
-            batch = self.method.token_advantages(batch)  # PPO: GAE over V_old (§6)
+            batch = self.method.token_advantages(batch)  # PPO: GAE over V_old (§4c)
             lr = self.update.lr  # this step's; the update steps the scheduler
             result = self.update(batch, self.method.clip_rule(groups), self.step_count)  # §4
             drift = partial(self.update.drift, batch, result.old, self.step_count)

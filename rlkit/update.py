@@ -198,7 +198,7 @@ class PolicyUpdate:
         params = self.policy.trainable_parameters()
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
         keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
-        critic = batch.returns is not None  # PPO's value head trains with the policy (§6)
+        critic = batch.returns is not None  # PPO's value head trains with the policy (§4c)
         keys += CRITIC_METRICS if critic else []
         means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
         self.policy.model.train()
@@ -313,7 +313,7 @@ class PolicyUpdate:
         self, values: torch.Tensor, sub: TrainBatch, mb_tokens: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This micro-batch's share of the mini-batch's clipped value loss, a token mean over
-        every rank's tokens of the mini-batch (docs/algorithms.md §6, eq. 6.4), and its shares
+        every rank's tokens of the mini-batch (docs/algorithms.md §4c, eq. 4c.4), and its shares
         of ``critic/vf_loss`` and ``critic/vf_clipfrac``."""
         m = sub.rollouts.completion_mask
         loss_tok, clipped = clipped_value_loss(

@@ -1,4 +1,4 @@
-"""PPO with a value head (docs/algorithms.md §6): GAE, whitening, the clipped value loss and the
+"""PPO with a value head (docs/algorithms.md §4c): GAE, whitening, the clipped value loss and the
 KL controllers against hand-worked examples and float64 references; the trainer end to end."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ F64 = torch.float64
 
 
 def test_token_rewards_hand_example():
-    """−β·KL on every real token, the verifiable reward added on the last one (eq. 6.1)."""
+    """−β·KL on every real token, the verifiable reward added on the last one (eq. 4c.1)."""
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
     kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]], dtype=F64)
     out = token_rewards(torch.tensor([1.0, 0.5]), mask, kl, 0.1)

@@ -87,7 +87,7 @@ class Policy:
     Use `with policy.reference() as ref: ref(input_ids, ...)` for reference log-probs: the
     yielded module is the frozen copy (full) or the policy with its adapter disabled (LoRA /
     QLoRA). The reference runs in eval mode; the policy's train/eval mode is restored on exit.
-    ``value_head``: PPO's critic on the shared backbone (docs/algorithms.md §6), trained with the
+    ``value_head``: PPO's critic on the shared backbone (docs/algorithms.md §4c), trained with the
     policy and saved beside its weights or adapter.
     """
 
@@ -319,7 +319,7 @@ def _input_gradient(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | N
 
 
 def value_head(model: torch.nn.Module, spec: ModelSpec) -> torch.nn.Linear:
-    """V(s_t) = w·h_t + b on the final hidden state (docs/algorithms.md §6; TRL's ``ValueHead``),
+    """V(s_t) = w·h_t + b on the final hidden state (docs/algorithms.md §4c; TRL's ``ValueHead``),
     in at least float32, with torch's default Linear initialisation (TRL's default)."""
     config = model.config
     dtype = torch.promote_types(spec.dtype, torch.float32)
