@@ -215,8 +215,9 @@ class Trainer:
             self.shift_task()
 
     def starting_pass_rates(self) -> torch.Tensor:
-        """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1."""
-        with self.finite_sampling():
+        """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1
+        (every process ranks every problem alike: the same weights, the evaluation's own seed)."""
+        with self.finite_sampling(), self.full_weights():
             return sampled_pass_rates(
                 self.policy.model,
                 self.policy.tokenizer,

@@ -217,12 +217,18 @@ def test_fsdp2_resume_continues_the_same_run(tmp_path):
     assert train(tmp_path / "part", "steps=3", resume=True) == whole
 
 
-def test_qlora_under_ddp_keeps_the_ranks_identical(tmp_path, tiny_4bit_model_dir):
-    """QLoRA (bitsandbytes 4-bit base, LoRA adapters) under DDP: both ranks train their own
-    rows and end with the same adapter."""
-    out = tmp_path / "run"
-    train(out, *RUN[1:], "steps=2", "model.mode=qlora", f"model.name_or_path={tiny_4bit_model_dir}")
-    assert len(metrics(out)) == 3  # step 0's evaluation, then two steps
+def test_qlora_under_ddp_equals_one_process(tmp_path, tiny_4bit_model_dir):
+    """QLoRA (bitsandbytes 4-bit base, LoRA adapters) under DDP, one step in float32 (4-bit has
+    no float64 path): both ranks end with the same adapter, the one-process run's."""
+    overrides = ["model.mode=qlora", f"model.name_or_path={tiny_4bit_model_dir}", "steps=1"]
+    overrides += ["rollout.overlong_buffer=3"]  # the untrained model's only reward: its length
+    (one,) = worker(tmp_path / "one", "record", overrides, 1)
+    replay = f"replay:{tmp_path / 'one' / 'rollouts.pt'}"
+    rank0, rank1 = worker(tmp_path / "two", replay, overrides, 2)
+    assert_same(rank0["weights"], rank1["weights"], "rank1 weights")
+    assert any(w.abs().max() > 0 for n, w in rank0["weights"].items() if "lora_B" in n)
+    for name, weight in one["weights"].items():
+        assert (weight - rank0["weights"][name]).abs().max() <= 1e-6, name
 
 
 def test_two_processes_learn_the_default_task(tmp_path):

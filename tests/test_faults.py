@@ -167,7 +167,7 @@ def test_fresh_run_into_a_used_dir_refuses_then_overwrites(run, capsys):
 
 
 class FakePolicy:
-    def save(self, path):
+    def save(self, path, state_dict=None):
         Path(path).mkdir(parents=True)
         (Path(path) / "weights.safetensors").write_bytes(b"w")
 
@@ -365,7 +365,7 @@ def test_eval_of_a_broken_policy_is_one_line(run, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise NonFiniteScoresError("non-finite next-token scores after 5 tokens")
 
-    monkeypatch.setattr(trainer_module, "evaluate", broken)
+    monkeypatch.setattr(trainer_module, "score_problems", broken)
     assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 2
     assert last_error_line(capsys).startswith(
         "rlkit eval: error: sampling after step 2 met non-finite next-token scores after 5 tokens"
