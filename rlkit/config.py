@@ -676,6 +676,11 @@ def check_combination(cfg: TrainConfig) -> None:
             "algo.estimator=ppo with agpo.enabled=true: AGPO's controllers act on group "
             "advantages, PPO's come from its value head; set agpo.enabled=false"
         )
+    if cfg.parallel.strategy == "fsdp2" and cfg.algo.estimator == "ppo":
+        raise ValueError(
+            "parallel.strategy=fsdp2 with algo.estimator=ppo: PPO's value head is saved from "
+            "whole weights, which FSDP2 shards; use parallel.strategy=ddp"
+        )
     if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
         raise ValueError(
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "

@@ -356,7 +356,7 @@ class PPO(Method):
         rows = self.dist.all_reduce_sum(torch.tensor(float(len(batch)), dtype=torch.float64))
         metrics = {
             "critic/score/mean": self.dist.all_reduce_sum(batch.advantages.double().sum()) / rows,
-            "critic/rewards/mean": self.global_mean(rewards.sum(-1, keepdim=True), mask[:, :1]),
+            "critic/rewards/mean": self.dist.all_reduce_sum(rewards.sum()) / rows,
             "critic/advantages/mean": self.global_mean(advantages, mask),
             "critic/returns/mean": self.global_mean(returns, mask),
             "critic/values/mean": self.global_mean(old.values, mask),

@@ -267,13 +267,13 @@ class PolicyUpdate:
                             )
                             * weight
                         )
+                        shares = {}  # statistics already weighted by their share
                         if critic:
-                            vf_loss, vf_stats = self.value_loss(values, sub, mb_tokens)
+                            vf_loss, shares = self.value_loss(values, sub, mb_tokens)
                             loss = loss + cfg.ppo.vf_coef * vf_loss
-                            cov = cov | vf_stats
                         loss.backward()
                         loss_total += loss.item()
-                        parts.append((weight, clipped, kl, cov))
+                        parts.append((weight, clipped, kl, cov, shares))
                     loss_total = float(
                         self.dist.all_reduce_sum(torch.tensor(loss_total, dtype=torch.float64))
                     )
@@ -292,10 +292,12 @@ class PolicyUpdate:
                     means.steps += 1
                     means.add("loss", loss_total)
                     means.add("grad_norm", float(grad_norm))
-                    for weight, clipped, kl, cov in parts:
+                    for weight, clipped, kl, cov, shares in parts:
                         w = float(weight)
-                        for key, value in cov.items():  # the critic's are shares already
-                            means.add(key, (1.0 if key in CRITIC_METRICS else w) * float(value))
+                        for key, value in cov.items():
+                            means.add(key, w * float(value))
+                        for key, value in shares.items():
+                            means.add(key, float(value))
                         if kl is not None:
                             means.add("kl", w * float(kl))
                         means.add("clip_ratio/low_mean", w * float(clipped.low))

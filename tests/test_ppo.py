@@ -213,6 +213,7 @@ def test_adaptive_kl_ppo_resume_continues_the_identical_run(tmp_path, tiny_model
         (("ppo.kl_target=3",), "ppo.kl_target"),  # adaptive_kl off: no target
         (("algo.estimator=grpo", "ppo.lam=0.9"), "ppo.lam"),  # not PPO
         (("agpo.enabled=true",), "agpo.enabled"),
+        (("parallel.strategy=fsdp2",), "parallel.strategy"),
         (("ppo.bogus=1",), "ppo.bogus"),
     ],
 )
@@ -228,3 +229,35 @@ def test_ppo_estimator_passes_each_reward_through():
     rewards = torch.tensor([[1.0, 0.0, 0.5], [0.0, 0.0, 0.0]])
     assert torch.equal(get_estimator("ppo")(rewards).advantages, rewards)
     assert torch.equal(get_estimator("ppo")(rewards[:, :1]).advantages, rewards[:, :1])
+
+
+def test_per_token_advantages_broadcast_a_per_row_advantage_exactly():
+    """A [B] advantage and the same values repeated over the tokens [B, T] give the same loss."""
+    from rlkit.losses import clipped_surrogate
+
+    g = torch.Generator().manual_seed(1)
+    logp, old = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
+    adv = torch.randn(3, generator=g)
+    per_row, _ = clipped_surrogate(logp, old, adv, 0.2, 0.28)
+    per_token, _ = clipped_surrogate(logp, old, adv[:, None].expand(3, 5), 0.2, 0.28)
+    assert torch.equal(per_row, per_token)
+
+
+def test_value_loss_is_a_token_mean_over_the_mini_batch(tmp_path, tiny_model_dir):
+    """Four micro-batches of one mini-batch: their shares of the logged value loss add up to the
+    token mean of eq. 4c.4 over the whole batch (at the first forward V = V_old: no clipping)."""
+    from rlkit.losses import masked_mean
+    from rlkit.trainer import Trainer
+
+    cfg = ppo_config(tmp_path, tiny_model_dir, "optim.micro_batch_size=4", "steps=1")
+    trainer = Trainer(cfg)
+    seen = []
+    token_advantages = trainer.method.token_advantages
+    trainer.method.token_advantages = lambda batch: seen.append(token_advantages(batch)) or seen[0]
+    row = trainer.step()
+    batch = seen[0]
+    mask = batch.rollouts.completion_mask
+    expected = masked_mean(0.5 * (batch.old.values - batch.returns) ** 2, mask)
+    assert row["critic/vf_loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert row["critic/vf_clipfrac"] == 0.0
+    assert batch.advantages.shape == mask.shape
