@@ -192,6 +192,18 @@ class DrGRPO(AdvantageEstimator):
         return centered(rewards), {}
 
 
+@register("ppo")
+class PPOReward(AdvantageEstimator):
+    """PPO's per-row input: each completion's verifiable reward, no group baseline (the critic is
+    the baseline); ``rlkit.methods.PPO`` puts it on the last token and GAE turns it into per-token
+    advantages (docs/algorithms.md §4c). A group of one is fine."""
+
+    min_group_size = 1
+
+    def compute(self, rewards, cluster_ids):
+        return rewards.clone(), {}
+
+
 @register("rloo")
 class RLOO(AdvantageEstimator):
     """A_i = r_i − mean_{j≠i} r_j  (docs/algorithms.md §1; leave-one-out). A group of one gets A = 0."""

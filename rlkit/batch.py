@@ -89,24 +89,33 @@ class Groups:
 
 @dataclass(frozen=True)
 class PolicyPass:
-    """One no-grad pass of a policy over the batch: per-token log-probs at the ratio temperature
-    and (when asked for) full-vocabulary entropy at T = 1, both [B, Lc]."""
+    """One no-grad pass of a policy over the batch: per-token log-probs at the ratio temperature,
+    (when asked for) full-vocabulary entropy at T = 1 and PPO's values V(s_t), all [B, Lc]."""
 
     logp: torch.Tensor
     entropy: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    def select(self, idx: torch.Tensor) -> PolicyPass:
+        return PolicyPass(
+            *(None if x is None else x[idx] for x in (self.logp, self.entropy, self.values))
+        )
 
 
 @dataclass(frozen=True)
 class TrainBatch:
-    """What the update trains on. ``old`` None: the update is on-policy, and π_old is the
-    detached training forward itself; ``ref_logp`` None: no KL term."""
+    """What the update trains on. ``advantages``: one per row [B] (broadcast over its tokens) or
+    one per token [B, Lc] (PPO's GAE). ``old`` None: the update is on-policy, and π_old is the
+    detached training forward itself; ``ref_logp`` None: no KL term; ``returns`` [B, Lc]: the
+    value head's targets (PPO, docs/algorithms.md §4c), None: no value loss."""
 
     rollouts: RolloutBatch
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B] or [B, Lc]
     ratio_temps: torch.Tensor  # [B] temperature of each row's importance ratio
     group_size: int
     old: PolicyPass | None = None
     ref_logp: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rollouts)
@@ -121,17 +130,14 @@ class TrainBatch:
 
     def select(self, idx: torch.Tensor) -> TrainBatch:
         """Rows ``idx`` of every per-row field (a mini- or micro-batch; prompts may be split)."""
-        old = self.old
-        if old is not None:
-            entropy = None if old.entropy is None else old.entropy[idx]
-            old = PolicyPass(old.logp[idx], entropy)
         return TrainBatch(
             self.rollouts.select(idx),
             self.advantages[idx],
             self.ratio_temps[idx],
             self.group_size,
-            old,
+            None if self.old is None else self.old.select(idx),
             None if self.ref_logp is None else self.ref_logp[idx],
+            None if self.returns is None else self.returns[idx],
         )
 
 

@@ -156,6 +156,33 @@ class AlgoConfig:
 
 
 @dataclass
+class PPOConfig:
+    """PPO with a value head on the shared backbone and the KL penalty in the reward
+    (``algo.estimator=ppo``; docs/algorithms.md §4c, where each default's source is given)."""
+
+    gamma: float = 1.0  # GAE discount (TRL's PPOConfig, verl's algorithm.gamma)
+    lam: float = 0.95  # GAE λ (TRL's PPOConfig; verl's algorithm.lam is 1.0)
+    vf_coef: float = 0.1  # value-loss coefficient (TRL's PPOConfig)
+    cliprange_value: float = 0.2  # value clipping c (TRL's PPOConfig)
+    whiten_advantages: bool = True  # over the batch's real tokens (TRL)
+    kl_coef: float = 0.05  # β of the per-token reward penalty −β·KL (TRL's PPOConfig)
+    adaptive_kl: bool = False  # Ziegler et al.'s adaptive β (TRL's AdaptiveKLController)
+    kl_target: float = 6.0  # its target KL (TRL's legacy PPOConfig ``target``)
+    kl_horizon: int = 10000  # its horizon (TRL's legacy PPOConfig, verl's kl_ctrl.horizon)
+
+    def __post_init__(self):
+        for key in ("gamma", "lam"):
+            value = getattr(self, key)
+            if not 0 <= value <= 1:
+                raise ValueError(f"ppo.{key} must be in [0, 1], got {value!r}")
+        _positive("ppo.vf_coef", self.vf_coef)
+        _positive("ppo.cliprange_value", self.cliprange_value)
+        _positive("ppo.kl_coef", self.kl_coef, strict=False)
+        _positive("ppo.kl_target", self.kl_target)
+        _positive("ppo.kl_horizon", self.kl_horizon)
+
+
+@dataclass
 class AGPOConfig:
     """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
 
@@ -375,6 +402,7 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     agpo: AGPOConfig = field(default_factory=AGPOConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -643,6 +671,16 @@ def check_combination(cfg: TrainConfig) -> None:
             "loss.loss_mode=kl_cov with agpo.enabled=true and agpo.adaptive_clip=true: KL-Cov's "
             "surrogate has no ratio clip for AGPO's ε to set; set agpo.adaptive_clip=false"
         )
+    if cfg.algo.estimator == "ppo" and cfg.agpo.enabled:
+        raise ValueError(
+            "algo.estimator=ppo with agpo.enabled=true: AGPO's controllers act on group "
+            "advantages, PPO's come from its value head; set agpo.enabled=false"
+        )
+    if cfg.parallel.strategy == "fsdp2" and cfg.algo.estimator == "ppo":
+        raise ValueError(
+            "parallel.strategy=fsdp2 with algo.estimator=ppo: PPO's value head is saved from "
+            "whole weights, which FSDP2 shards; use parallel.strategy=ddp"
+        )
     if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
         raise ValueError(
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
@@ -834,6 +872,22 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             task.name == "arithmetic",
             "task.name=arithmetic: the built-in task has its own prompts and eval split",
             "use a dataset task.name, or leave it unset",
+        ),
+        (
+            "ppo",
+            cfg.ppo,
+            tuple(f.name for f in dataclasses.fields(PPOConfig)),
+            estimator != "ppo",
+            f"algo.estimator={estimator}: only PPO has a value head and a reward KL penalty",
+            "set algo.estimator=ppo or leave the ppo section out",
+        ),
+        (
+            "ppo",
+            cfg.ppo,
+            ("kl_target", "kl_horizon"),
+            estimator == "ppo" and not cfg.ppo.adaptive_kl,
+            "ppo.adaptive_kl=false: β stays at ppo.kl_coef",
+            "set ppo.adaptive_kl=true or leave them at their defaults",
         ),
         (
             "task",

@@ -143,13 +143,16 @@ def _token_logprobs(
     compute_entropy: bool,
     chunk_size: int | None,
     share_prompts: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One micro-batch: log softmax(z / T)[y] at completion positions, and H(softmax(z)).
+    value_head: torch.nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """One micro-batch: log softmax(z / T)[y] at completion positions, H(softmax(z)), and with
+    ``value_head`` PPO's values V(s_t) from the same states (docs/algorithms.md §4c).
 
     The decoder gives the states (`_completion_states`); the output head then runs over
     ``chunk_size`` completion positions at a time (None: all at once), so full-vocabulary logits
     exist for one chunk only. With grad, each chunk is checkpointed: backward recomputes its
-    logits instead of keeping them.
+    logits instead of keeping them. The state that predicts completion token t is s_t, the
+    state V(s_t) values (TRL's and verl's ``values[:, prompt_length - 1 : -1]``).
     """
     completion_width = input_ids.shape[1] - prompt_length
     lm = causal_lm(model)
@@ -169,9 +172,14 @@ def _token_logprobs(
             logp, entropy = _chunk_logprobs(*args, temperatures, compute_entropy)
         logps.append(logp)
         entropies.append(entropy)
+    values = None
+    if value_head is not None:
+        weight = value_head.weight
+        values = value_head(states[:, :completion_width].to(weight.dtype)).squeeze(-1)
     if len(logps) == 1:
-        return logps[0], entropies[0]
-    return torch.cat(logps, dim=1), torch.cat(entropies, dim=1) if compute_entropy else None
+        return logps[0], entropies[0], values
+    entropy = torch.cat(entropies, dim=1) if compute_entropy else None
+    return torch.cat(logps, dim=1), entropy, values
 
 
 def sequence_logprobs(
@@ -183,7 +191,11 @@ def sequence_logprobs(
     chunk_size: int | None = None,
     share_prompts: bool = False,
     micro_pass: torch.nn.Module | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    value_head: torch.nn.Module | None = None,
+) -> (
+    tuple[torch.Tensor, torch.Tensor | None]
+    | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
+):
     """Per-token log π(y_t | x, y_<t) at each row's temperature, [B, Lc] (docs/algorithms.md §3, §4).
 
     `temperatures` [B] (None = 1 for every row) scale the logits before the softmax, matching
@@ -197,6 +209,8 @@ def sequence_logprobs(
     micro-batch with the same prompt share its forward (`_completion_states`). ``micro_pass``:
     the module whose forward runs one micro-batch of ``model`` (a DDP- or FSDP2-wrapped
     :class:`rlkit.parallel.LogProbPass`, so that gradients synchronise); None: `_token_logprobs`.
+    ``value_head``: also return PPO's values [B, Lc] from the same forward (0 at padding), a
+    third element (a wrapped ``micro_pass`` holds the policy's head itself).
     """
     rows = len(batch)
     device = model_device(model)
@@ -214,11 +228,14 @@ def sequence_logprobs(
         raise ValueError(f"chunk_size must be >= 1 (or None), got {chunk_size}")
 
     batch = batch.to(device)
-    run = micro_pass if micro_pass is not None else partial(_token_logprobs, model)
-    logps, entropies = [], []
+    if micro_pass is not None:
+        run = partial(micro_pass, with_values=value_head is not None)
+    else:
+        run = partial(_token_logprobs, model, value_head=value_head)
+    logps, entropies, values = [], [], []
     for start in range(0, rows, step):
         part = slice(start, start + step)
-        logp, entropy = run(
+        logp, entropy, value = run(
             batch.input_ids[part],
             batch.attention_mask[part],
             batch.prompt_length,
@@ -229,10 +246,13 @@ def sequence_logprobs(
         )
         logps.append(logp)
         entropies.append(entropy)
+        values.append(value)
     mask = batch.completion_mask
     logp = torch.cat(logps).masked_fill(~mask, 0.0)
     entropy = torch.cat(entropies).masked_fill(~mask, 0.0) if compute_entropy else None
-    return logp, entropy
+    if value_head is None:
+        return logp, entropy
+    return logp, entropy, torch.cat(values).masked_fill(~mask, 0.0)
 
 
 class PolicyForward:
@@ -252,7 +272,8 @@ class PolicyForward:
         self.policy, self.phases, self.parallel = policy, phases, parallel
         self.opt, self.ratio_temperature = cfg.optim, cfg.loss.ratio_temperature
 
-    def __call__(self, model, rollouts, temps, compute_entropy=False, micro=None):
+    def __call__(self, model, rollouts, temps, compute_entropy=False, micro=None, values=False):
+        """(log-probs, entropy) of ``model``; ``values``: and the policy's values, a third."""
         opt = self.opt
         micro = micro or opt.logprob_micro_batch_size or opt.micro_batch_size or None
         return sequence_logprobs(
@@ -264,6 +285,7 @@ class PolicyForward:
             opt.logprob_chunk_size or None,
             opt.share_prompt_forward,
             self.parallel if model is self.policy.model else None,
+            self.policy.value_head if values else None,
         )
 
     def ratio_temperatures(self, rollouts: RolloutBatch) -> torch.Tensor:
@@ -277,19 +299,24 @@ class PolicyForward:
         )
 
     @torch.no_grad()
-    def old(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool) -> PolicyPass:
-        """π_old before the update, in eval mode (it samples without dropout)."""
+    def old(
+        self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool, values: bool = False
+    ) -> PolicyPass:
+        """π_old before the update, in eval mode (it samples without dropout); ``values``: and
+        the value head's V_old (PPO, docs/algorithms.md §4c)."""
         with self.phases("old"), eval_mode(self.policy.model):
-            return PolicyPass(*self(self.policy.model, rollouts, temps, entropy))
+            return PolicyPass(*self(self.policy.model, rollouts, temps, entropy, values=values))
 
     @torch.no_grad()
     def reference(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
         with self.phases("reference"), self.policy.reference() as ref_model:
             return self(ref_model, rollouts, temps)[0]
 
-    def train(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool):
-        """The training forward, with grad, over exactly these rows (one micro-batch)."""
-        return self(self.policy.model, rollouts, temps, entropy, len(rollouts))
+    def train(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool, values: bool):
+        """The training forward, with grad, over exactly these rows (one micro-batch): log-probs,
+        entropy (or None) and values (or None)."""
+        out = self(self.policy.model, rollouts, temps, entropy, len(rollouts), values)
+        return out if values else (*out, None)
 
     @torch.no_grad()
     def after(self, rollouts: RolloutBatch, temps: torch.Tensor) -> torch.Tensor:
@@ -307,6 +334,7 @@ class PassPlan:
     ``entropy``: π_old's pass computes entropy (the method needs it, e.g. AGPO's signals, or it
     is logged). ``clip_needs_entropy``: the clip radius depends on the pre-update entropy (AGPO's
     adaptive clip). ``step_kl``: the method reads the drift after the update (AGPO).
+    ``values``: π_old's pass also gives the value head's V_old (PPO), so it always runs.
     ``inactive_clips``: the clip settings chosen that cannot act (docs/algorithms.md §4).
     """
 
@@ -315,6 +343,7 @@ class PassPlan:
     entropy: bool
     clip_needs_entropy: bool
     step_kl: bool
+    values: bool
     mode_free_forward: bool
     update_epochs: int
     mini_batch_size: int
@@ -323,16 +352,18 @@ class PassPlan:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, method) -> PassPlan:
-        """``method`` declares ``needs_entropy``, ``clip_needs_entropy`` and ``needs_step_kl``.
+        """``method`` declares ``needs_entropy``, ``clip_needs_entropy``, ``needs_step_kl``,
+        ``needs_values`` and ``needs_reference``.
         Until :meth:`for_model` has seen the policy, π_old's pass is never skipped."""
         opt = cfg.optim
         skip = opt.skip_redundant_passes
         return cls(
-            reference=cfg.loss.kl_coef > 0 or not skip,
+            reference=cfg.loss.kl_coef > 0 or method.needs_reference or not skip,
             skip_redundant=skip,
             entropy=method.needs_entropy or cfg.log_entropy,
             clip_needs_entropy=method.clip_needs_entropy,
             step_kl=method.needs_step_kl,
+            values=method.needs_values,
             mode_free_forward=False,
             update_epochs=opt.update_epochs,
             mini_batch_size=opt.mini_batch_size,
@@ -366,6 +397,8 @@ class PassPlan:
         def whole(size: int) -> bool:
             return size == 0 or size >= rows
 
+        if self.values:  # GAE needs V_old before the update starts (PPO)
+            return False
         if not (self.mode_free_forward and self.update_epochs == 1 and whole(self.mini_batch_size)):
             return False
         return not self.clip_needs_entropy or whole(self.micro_batch_size)

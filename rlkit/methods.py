@@ -5,8 +5,9 @@ sampler), the advantages (``advantages``, the registry's estimator), the clip ru
 what happens after the update (``after_update``), its own logged signals (``metrics``) and its
 state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
 their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
-the steps of docs/algorithms.md §3. :func:`build_method` is the only reader of ``algo.*`` and
-``agpo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
+the steps of docs/algorithms.md §3; :class:`PPO` adds a value head and per-token advantages
+(``token_advantages``, §4c). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*`` and
+``ppo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
 returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 ``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
 """
@@ -14,16 +15,18 @@ returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Protocol
 
 import torch
 
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
-from rlkit.batch import Groups, PolicyPass
-from rlkit.config import TrainConfig
+from rlkit.batch import Groups, PolicyPass, TrainBatch
+from rlkit.config import PPOConfig, TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
+from rlkit.losses import kl_divergence
+from rlkit.ppo import AdaptiveKLController, FixedKLController, gae, token_rewards, whiten
 from rlkit.tasks.base import Problem
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
@@ -84,6 +87,8 @@ class Method:
     needs_entropy = False  # π_old's entropy is needed beyond the log (AGPO's signals)
     clip_needs_entropy = False  # the clip rule reads the pre-update entropy
     needs_step_kl = False  # after_update reads the post-update drift
+    needs_values = False  # a value head, and V_old from π_old's pass (PPO)
+    needs_reference = False  # the reference pass, whatever loss.kl_coef is (PPO's reward KL)
 
     def __init__(
         self,
@@ -121,6 +126,11 @@ class Method:
 
     def clip_rule(self, groups: Groups) -> ClipRule:
         return FixedClip(*self.eps, len(groups.problems))
+
+    def token_advantages(self, batch: TrainBatch) -> TrainBatch:
+        """The batch as the update trains on it, once its passes ran: each row's advantage,
+        broadcast over its tokens (PPO: per-token advantages and the value targets)."""
+        return batch
 
     def after_update(self, groups: Groups, drift: Callable[[], torch.Tensor]) -> dict:
         """Feedback once the policy is updated (``drift()`` runs the post-update pass)."""
@@ -297,6 +307,81 @@ class AGPO(Method):
         self.previous_stats = {k: ProbeStats(**v) for k, v in state["previous_stats"].items()}
 
 
+class PPO(Method):
+    """PPO with a value head on the shared backbone (docs/algorithms.md §4c): the verifiable
+    reward on the last token minus β·KL(π_old ‖ π_ref) on every token (k1, as TRL and verl),
+    GAE(γ, λ) over the value head's V_old, whitened over every rank's real tokens; β fixed or
+    Ziegler et al.'s adaptive controller, updated each step from the observed KL."""
+
+    needs_values = True
+
+    def __init__(
+        self,
+        estimator: AdvantageEstimator,
+        ppo: PPOConfig,
+        eps: tuple[float, float] = (0.2, 0.2),
+        tau_base: float = 1.0,
+        dist: Collective | None = None,
+    ):
+        super().__init__(estimator, None, eps, tau_base)
+        self.ppo, self.dist = ppo, dist or Local()
+        self.needs_reference = ppo.kl_coef > 0
+        self.kl_ctl = (
+            AdaptiveKLController(ppo.kl_coef, ppo.kl_target, ppo.kl_horizon)
+            if ppo.adaptive_kl
+            else FixedKLController(ppo.kl_coef)
+        )
+        self.last_metrics: dict = {}
+
+    @property
+    def name(self) -> str:
+        return "ppo-adaptive-kl" if self.ppo.adaptive_kl else "ppo"
+
+    def global_mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Mean of ``x`` over every rank's real tokens (float64)."""
+        m = mask.to(torch.float64)
+        total = self.dist.all_reduce_sum((x.to(torch.float64) * m).sum())
+        return total / self.dist.all_reduce_sum(m.sum()).clamp_min(1.0)
+
+    def token_advantages(self, batch: TrainBatch) -> TrainBatch:
+        """§4c eqs. 4c.1–4c.3 on this rank's rows; ``batch.advantages`` holds each row's reward.
+        The KL controller then moves β from the batch's KL (eq. 4c.5), for the next step."""
+        old, mask, ppo = batch.old, batch.rollouts.completion_mask, self.ppo
+        kl = None if batch.ref_logp is None else kl_divergence(old.logp, batch.ref_logp, "k1")
+        beta = self.kl_ctl.value
+        rewards = token_rewards(batch.advantages, mask, kl, beta)
+        advantages, returns = gae(rewards, old.values, mask, ppo.gamma, ppo.lam)
+        if ppo.whiten_advantages:
+            advantages = whiten(advantages, mask, self.dist)
+        rows = self.dist.all_reduce_sum(torch.tensor(float(len(batch)), dtype=torch.float64))
+        metrics = {
+            "critic/score/mean": self.dist.all_reduce_sum(batch.advantages.double().sum()) / rows,
+            "critic/rewards/mean": self.dist.all_reduce_sum(rewards.sum()) / rows,
+            "critic/advantages/mean": self.global_mean(advantages, mask),
+            "critic/returns/mean": self.global_mean(returns, mask),
+            "critic/values/mean": self.global_mean(old.values, mask),
+            "actor/reward_kl_penalty_coeff": beta,
+        }
+        if kl is not None:  # TRL's observed KL: the sequence's summed KL, mean over rows
+            seq_kl = self.dist.all_reduce_sum((kl * mask).sum().double()) / rows
+            metrics["actor/reward_kl_penalty"] = self.global_mean(kl, mask)
+            self.kl_ctl.update(float(seq_kl), int(rows))
+        self.last_metrics = metrics
+        return replace(
+            batch, advantages=advantages.to(old.logp.dtype), returns=returns.to(old.logp.dtype)
+        )
+
+    def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        return self.last_metrics
+
+    def state_dict(self) -> dict:
+        return super().state_dict() | {"kl_ctl": self.kl_ctl.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+
+
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
     """The configured method; the only reader of ``algo.*`` and ``agpo.*``."""
     options = dict(cfg.algo.options)
@@ -309,6 +394,9 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
         "tau_base": cfg.rollout.temperature,
     }
     agpo = cfg.agpo
+    if cfg.algo.estimator == "ppo":
+        del common["cluster_key"]
+        return PPO(**common, ppo=cfg.ppo, dist=dist)
     if not agpo.enabled:
         return Method(**common)
     return AGPO(

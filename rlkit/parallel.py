@@ -29,16 +29,17 @@ STRATEGIES = ("ddp", "fsdp2")
 
 
 class LogProbPass(torch.nn.Module):
-    """``rlkit.logprobs._token_logprobs`` of ``model`` as this module's forward."""
+    """``rlkit.logprobs._token_logprobs`` of ``model`` as this module's forward; ``value_head``
+    (PPO's, docs/algorithms.md §4c) is a submodule, so its gradients synchronise too."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, value_head: torch.nn.Module | None = None):
         super().__init__()
-        self.model = model
+        self.model, self.value_head = model, value_head
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args, with_values: bool = False):
         from rlkit.logprobs import _token_logprobs
 
-        return _token_logprobs(self.model, *args, **kwargs)
+        return _token_logprobs(self.model, *args, self.value_head if with_values else None)
 
 
 def _sum_allreduce(group, bucket):  # DDP checks these annotations as objects: none given
@@ -47,9 +48,15 @@ def _sum_allreduce(group, bucket):  # DDP checks these annotations as objects: n
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def wrap(model: torch.nn.Module, strategy: str, dist: Collective) -> torch.nn.Module:
-    """The data-parallel log-prob pass of ``model`` (see the module docstring)."""
-    module = LogProbPass(model)
+def wrap(
+    model: torch.nn.Module,
+    strategy: str,
+    dist: Collective,
+    value_head: torch.nn.Module | None = None,
+) -> torch.nn.Module:
+    """The data-parallel log-prob pass of ``model`` and its ``value_head`` (see the module
+    docstring)."""
+    module = LogProbPass(model, value_head)
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -63,7 +70,7 @@ def wrap(model: torch.nn.Module, strategy: str, dist: Collective) -> torch.nn.Mo
         import torch.distributed as tdist
         from torch.distributed.fsdp import fully_shard
 
-        for p in model.parameters():  # every rank starts from rank 0's weights (LoRA init)
+        for p in module.parameters():  # every rank starts from rank 0's weights (LoRA init)
             if p.requires_grad:
                 tdist.broadcast(p.data, src=0)
         for layer in _decoder_layers(model):

@@ -125,7 +125,9 @@ class Trainer:
         spec["name_or_path"] = resolve_model_path(cfg)
         spec["device"] = str(self.device)
         plan = PassPlan.from_config(cfg, self.method)
-        self.policy: Policy = load_policy(ModelSpec(**spec), keep_reference=plan.reference)
+        self.policy: Policy = load_policy(
+            ModelSpec(**spec), keep_reference=plan.reference, with_value_head=plan.values
+        )
         self.passes = plan.for_model(self.policy.model)
         state = checkpoint.state if checkpoint else None
         if state:  # the checkpoint's weights, before any wrapper shards them
@@ -134,7 +136,9 @@ class Trainer:
         # code that runs the model outside it (generation, saving) needs the full weights
         self.parallel = None
         if self.dist.world > 1 and not self.read_only:
-            self.parallel = wrap(self.policy.model, cfg.parallel.strategy, self.dist)
+            self.parallel = wrap(
+                self.policy.model, cfg.parallel.strategy, self.dist, self.policy.value_head
+            )
         self.full_weights = partial(unsharded, self.parallel)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
@@ -250,6 +254,7 @@ class Trainer:
             problems = [p for part in self.dist.all_gather_object(groups.problems) for p in part]
             adv = self.method.advantages(rewards, problems)  # §1–§2
             batch = self.train_batch(groups, self.dist.my_rows(adv.advantages))  # π_old, π_ref
+            batch = self.method.token_advantages(batch)  # PPO: GAE over V_old (§4c)
             lr = self.update.lr  # this step's; the update steps the scheduler
             result = self.update(batch, self.method.clip_rule(groups), self.step_count)  # §4
             drift = partial(self.update.drift, batch, result.old, self.step_count)
@@ -289,7 +294,9 @@ class Trainer:
             advantages=advantages.reshape(-1).to(rollouts.input_ids.device),
             ratio_temps=temps,
             group_size=groups.group_size,
-            old=None if on_policy else self.forward.old(rollouts, temps, passes.entropy),
+            old=None
+            if on_policy
+            else self.forward.old(rollouts, temps, passes.entropy, passes.values),
             ref_logp=self.forward.reference(rollouts, temps) if passes.reference else None,
         )
 

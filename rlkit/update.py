@@ -34,8 +34,11 @@ from rlkit.losses import (
 from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
+from rlkit.ppo import clipped_value_loss
 from rlkit.rollout import NonFiniteScoresError
 from rlkit.tis import importance_weights, mismatch_metrics, resolve_tis_cap
+
+CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac"]  # verl's names
 
 
 class NonFiniteError(RuntimeError):
@@ -195,6 +198,8 @@ class PolicyUpdate:
         params = self.policy.trainable_parameters()
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
         keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
+        critic = batch.returns is not None  # PPO's value head trains with the policy (§4c)
+        keys += CRITIC_METRICS if critic else []
         means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
         self.policy.model.train()
         with self.phases("train"):
@@ -208,8 +213,8 @@ class PolicyUpdate:
                     for mstart in range(0, len(mb), micro):
                         idx = mb[mstart : mstart + micro]
                         sub = batch.select(idx)
-                        logp, entropy = self.forward.train(
-                            sub.rollouts, sub.ratio_temps, on_policy and self.plan.entropy
+                        logp, entropy, values = self.forward.train(
+                            sub.rollouts, sub.ratio_temps, on_policy and self.plan.entropy, critic
                         )
                         if on_policy:
                             old.logp[idx.to(mask.device)] = logp.detach()
@@ -262,9 +267,13 @@ class PolicyUpdate:
                             )
                             * weight
                         )
+                        shares = {}  # statistics already weighted by their share
+                        if critic:
+                            vf_loss, shares = self.value_loss(values, sub, mb_tokens)
+                            loss = loss + cfg.ppo.vf_coef * vf_loss
                         loss.backward()
                         loss_total += loss.item()
-                        parts.append((weight, clipped, kl, cov))
+                        parts.append((weight, clipped, kl, cov, shares))
                     loss_total = float(
                         self.dist.all_reduce_sum(torch.tensor(loss_total, dtype=torch.float64))
                     )
@@ -283,10 +292,12 @@ class PolicyUpdate:
                     means.steps += 1
                     means.add("loss", loss_total)
                     means.add("grad_norm", float(grad_norm))
-                    for weight, clipped, kl, cov in parts:
+                    for weight, clipped, kl, cov, shares in parts:
                         w = float(weight)
                         for key, value in cov.items():
                             means.add(key, w * float(value))
+                        for key, value in shares.items():
+                            means.add(key, float(value))
                         if kl is not None:
                             means.add("kl", w * float(kl))
                         means.add("clip_ratio/low_mean", w * float(clipped.low))
@@ -299,6 +310,21 @@ class PolicyUpdate:
         if self.tis_cap is not None:
             stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.tis_cap)
         return UpdateResult(stats, old)
+
+    def value_loss(
+        self, values: torch.Tensor, sub: TrainBatch, mb_tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This micro-batch's share of the mini-batch's clipped value loss, a token mean over
+        every rank's tokens of the mini-batch (docs/algorithms.md §4c, eq. 4c.4), and its shares
+        of ``critic/vf_loss`` and ``critic/vf_clipfrac``."""
+        m = sub.rollouts.completion_mask
+        loss_tok, clipped = clipped_value_loss(
+            values, sub.old.values, sub.returns, self.cfg.ppo.cliprange_value
+        )
+        total = mb_tokens.to(loss_tok.dtype)
+        loss = (loss_tok * m).sum() / total
+        frac = (clipped & m).sum().to(loss_tok.dtype) / total
+        return loss, {"critic/vf_loss": loss.detach(), "critic/vf_clipfrac": frac}
 
     @torch.no_grad()
     def check_finite(self, step: int, batch: TrainBatch, rows: torch.Tensor | None) -> None:

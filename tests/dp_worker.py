@@ -121,12 +121,11 @@ def main(out: str, mode: str, *overrides: str) -> None:
 
     trainer.step = seen_step
     evals = trainer.train()
+    named = list(trainer.policy.model.named_parameters())
+    if trainer.policy.value_head is not None:  # PPO's
+        named += [(f"value_head.{n}", p) for n, p in trainer.policy.value_head.named_parameters()]
     with trainer.full_weights():
-        weights = {
-            name: p.detach().clone()
-            for name, p in trainer.policy.model.named_parameters()
-            if p.requires_grad
-        }
+        weights = {name: p.detach().clone() for name, p in named if p.requires_grad}
     torch.save({"steps": steps, "weights": weights, "evals": evals}, out / f"rank{rank}.pt")
     if tdist.is_initialized():
         tdist.destroy_process_group()

@@ -50,7 +50,7 @@ def test_overrides_are_typed_and_nested():
         ("seed=-1", r"seed must be in \[0, 2\*\*32\), got -1"),
         ("seed=4294967296", r"seed must be in \[0, 2\*\*32\), got 4294967296"),
         ("nonsense=1", "unknown config key nonsense"),
-        ("algo.estimator=ppo", "algo.estimator must be one of"),
+        ("algo.estimator=a2c", "algo.estimator must be one of"),
         ("rollout.group_size=0", "rollout.group_size must be > 0"),
         ("rollout.group_size=two", "rollout.group_size must be an integer"),
         ("loss.loss_agg=sum", "loss.loss_agg must be one of"),

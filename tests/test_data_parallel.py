@@ -110,6 +110,8 @@ CASES = {
     # AGPO's probe, temperature and clip controllers; two epochs, so the clip acts
     "agpo": (["agpo.enabled=true", "optim.update_epochs=2"], "clip_ratio/region_mean"),
     "lora": (["model.mode=lora"], "loss"),
+    # PPO: whitening and the value loss over the global batch, the head's gradients summed
+    "ppo": (["algo.estimator=ppo", "optim.update_epochs=2"], "critic/vf_loss"),
     "fsdp2": (["parallel.strategy=fsdp2"], "loss"),
 }
 

@@ -58,7 +58,8 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
             "advantages/std",
         ):
             assert row[key] is not None and math.isfinite(row[key]), key
-        assert "kl" not in row  # β = 0: no reference pass, no kl metric
+        # β = 0: no reference pass, no kl metric; PPO's reward KL (ppo.kl_coef) needs π_ref
+        assert ("kl" in row) == (estimator == "ppo")
     if estimator == "ebpo":
         assert 0.0 <= rows[-1]["ebpo/shrinkage_mean"] <= 1.0
     if estimator.startswith("jspo"):  # JSPO-Official's metric names

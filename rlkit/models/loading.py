@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from peft.utils import set_peft_model_state_dict
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -51,6 +51,7 @@ from rlkit.models.gguf import resolve_checkpoint
 from rlkit.models.spec import ModelSpec
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+VALUE_HEAD_WEIGHTS = "value_head.safetensors"  # PPO's critic, beside the weights or adapter
 
 
 @contextlib.contextmanager
@@ -86,6 +87,8 @@ class Policy:
     Use `with policy.reference() as ref: ref(input_ids, ...)` for reference log-probs: the
     yielded module is the frozen copy (full) or the policy with its adapter disabled (LoRA /
     QLoRA). The reference runs in eval mode; the policy's train/eval mode is restored on exit.
+    ``value_head``: PPO's critic on the shared backbone (docs/algorithms.md §4c), trained with the
+    policy and saved beside its weights or adapter.
     """
 
     def __init__(
@@ -94,19 +97,22 @@ class Policy:
         tokenizer: PreTrainedTokenizerBase,
         spec: ModelSpec,
         reference_model: PreTrainedModel | None = None,
+        value_head: torch.nn.Linear | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
         self.device = spec.torch_device
         self._reference_model = reference_model
+        self.value_head = value_head
 
     @property
     def uses_adapter(self) -> bool:
         return self.spec.mode in ("lora", "qlora")
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
+        head = [] if self.value_head is None else list(self.value_head.parameters())
+        return [p for p in self.model.parameters() if p.requires_grad] + head
 
     def num_parameters(self) -> int:
         """Parameters of the policy module (a 4-bit weight counts its packed storage elements)."""
@@ -136,10 +142,15 @@ class Policy:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, **({"state_dict": state_dict} if state_dict else {}))
         self.tokenizer.save_pretrained(path)
+        if self.value_head is not None:
+            head = {k: v.detach().contiguous() for k, v in self.value_head.state_dict().items()}
+            save_file(head, path / VALUE_HEAD_WEIGHTS)
 
     def load_trainable_state(self, path: str | Path) -> None:
         """Load what `save` wrote back into this policy (in place; the reference is untouched)."""
         path = Path(path)
+        if self.value_head is not None:
+            self.value_head.load_state_dict(load_file(path / VALUE_HEAD_WEIGHTS, str(self.device)))
         if self.uses_adapter:
             adapter = load_file(path / ADAPTER_WEIGHTS, device=str(self.device))
             result = set_peft_model_state_dict(self.model, adapter)
@@ -151,7 +162,7 @@ class Policy:
 
 def _load_full_weights(model: PreTrainedModel, path: Path) -> None:
     """Load every `*.safetensors` shard in `path`; only tied aliases may be missing."""
-    shards = sorted(path.glob("*.safetensors"))
+    shards = sorted(p for p in path.glob("*.safetensors") if p.name != VALUE_HEAD_WEIGHTS)
     if not shards:
         raise FileNotFoundError(f"no *.safetensors weights in {path}")
     state: dict[str, torch.Tensor] = {}
@@ -307,13 +318,23 @@ def _input_gradient(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | N
     return torch.autograd.grad(y.sum(), x, allow_unused=True)[0]
 
 
-def load_policy(spec: ModelSpec, keep_reference: bool = True) -> Policy:
+def value_head(model: torch.nn.Module, spec: ModelSpec) -> torch.nn.Linear:
+    """V(s_t) = w·h_t + b on the final hidden state (docs/algorithms.md §4c; TRL's ``ValueHead``),
+    in at least float32, with torch's default Linear initialisation (TRL's default)."""
+    config = model.config
+    dtype = torch.promote_types(spec.dtype, torch.float32)
+    return torch.nn.Linear(config.hidden_size, 1, dtype=dtype, device=spec.torch_device)
+
+
+def load_policy(
+    spec: ModelSpec, keep_reference: bool = True, with_value_head: bool = False
+) -> Policy:
     """Load `spec.name_or_path` and make it trainable as `spec.mode` says.
 
     `keep_reference=False` (nothing will ask for π_ref, e.g. β = 0): mode=full keeps no frozen
     copy of the weights; LoRA/QLoRA's reference costs no memory either way. A GGUF checkpoint
     loads from its cached float32 conversion (`rlkit.models.gguf`), which the policy's spec
-    names from then on."""
+    names from then on. ``with_value_head``: add PPO's value head (:func:`value_head`)."""
     spec = dataclasses.replace(spec, name_or_path=resolve_checkpoint(spec.name_or_path))
     tokenizer = load_tokenizer(spec)
     model = _load_base_model(spec)
@@ -333,4 +354,5 @@ def load_policy(spec: ModelSpec, keep_reference: bool = True) -> Policy:
     if spec.mode == "qlora":
         _cast_frozen_to_compute_dtype(model, spec.dtype)
     model.train()
-    return Policy(model, tokenizer, spec, reference_model)
+    head = value_head(model, spec) if with_value_head else None
+    return Policy(model, tokenizer, spec, reference_model, head)

@@ -1,0 +1,120 @@
+"""PPO with a learned value function (docs/algorithms.md §4c): token rewards, GAE, whitening, the
+clipped value loss and the KL controllers (fixed and adaptive).
+
+Shapes: per-token tensors are ``[B, T]`` (B completions, T completion tokens, right-padded) with
+a ``mask`` of real tokens; ``scores`` are the verifiable rewards ``[B]``. Every reduction over the
+batch passes a :class:`~rlkit.dist.Collective`, so several processes whiten over the global batch
+and the KL controller sees the global KL.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlkit.dist import Collective, Local
+
+
+def token_rewards(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
+    """r_t = −β·KL_t + 1[t = last real token]·R (§4c, eq. 4c.1; Ziegler et al. 2019, TRL's
+    ``compute_rewards``, verl's ``apply_kl_penalty``); 0 at padding."""
+    mask = mask.bool()
+    rewards = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    if kl is not None and kl_coef:
+        rewards = rewards - kl_coef * kl.to(torch.float64).masked_fill(~mask, 0.0)
+    last = (mask.long().sum(-1) - 1).clamp_min(0)
+    has_tokens = mask.any(-1)
+    rows = torch.arange(len(mask), device=mask.device)[has_tokens]
+    rewards[rows, last[has_tokens]] += scores.to(rewards)[has_tokens]
+    return rewards
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (§4c, eq. 4c.2; Schulman et al. 2016), in float64:
+
+        δ_t = r_t + γ·V_{t+1} − V_t,   A_t = δ_t + γλ·A_{t+1},   R_t = A_t + V_t
+
+    with V = 0 past the last real token (the episode ends there). Returns (A, R), 0 at padding."""
+    mask = mask.bool()
+    r = rewards.to(torch.float64).masked_fill(~mask, 0.0)
+    v = values.to(torch.float64).masked_fill(~mask, 0.0)
+    advantages = torch.zeros_like(r)
+    next_value = torch.zeros_like(r[:, 0])
+    next_adv = torch.zeros_like(r[:, 0])
+    for t in reversed(range(r.shape[1])):
+        delta = r[:, t] + gamma * next_value - v[:, t]
+        next_adv = delta + gamma * lam * next_adv
+        advantages[:, t] = next_adv
+        next_value = v[:, t]
+    advantages = advantages.masked_fill(~mask, 0.0)
+    return advantages, (advantages + v).masked_fill(~mask, 0.0)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, dist: Collective | None = None) -> torch.Tensor:
+    """(x − mean) / sqrt(var + 1e-8) over the real tokens of every rank's rows, with the unbiased
+    variance (§4c, eq. 4c.3; TRL's ``masked_whiten``); 0 at padding."""
+    dist = dist or Local()
+    m = mask.to(torch.float64)
+    x64 = x.to(torch.float64)
+    count = dist.all_reduce_sum(m.sum())
+    mean = dist.all_reduce_sum((x64 * m).sum()) / count.clamp_min(1.0)
+    squares = dist.all_reduce_sum((((x64 - mean) * m) ** 2).sum())
+    var = squares / (count - 1).clamp_min(1.0)
+    return ((x64 - mean) * torch.rsqrt(var + 1e-8) * m).to(x.dtype)
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    cliprange: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ½·max((V − R)², (clip(V, V_old − c, V_old + c) − R)²) (§4c, eq. 4c.4; TRL's and
+    verl's value loss) and where the clipped branch was the larger (TRL's ``vf_clipfrac``)."""
+    returns = returns.to(values.dtype)
+    clipped = old_values + (values - old_values).clamp(-cliprange, cliprange)
+    unclipped_loss = (values - returns) ** 2
+    clipped_loss = (clipped - returns) ** 2
+    return 0.5 * torch.maximum(unclipped_loss, clipped_loss), clipped_loss > unclipped_loss
+
+
+class FixedKLController:
+    """β held constant (TRL's ``FixedKLController``; verl's ``kl_ctrl.type=fixed``)."""
+
+    def __init__(self, kl_coef: float):
+        self.value = kl_coef
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])
+
+
+class AdaptiveKLController(FixedKLController):
+    """Ziegler et al. 2019 (§2.2), TRL's ``AdaptiveKLController`` (§4c, eq. 4c.5)::
+
+        e = clip(KL / KL_target − 1, −0.2, 0.2),   β ← β·(1 + e·n / horizon)
+
+    with n the rows of the step's batch."""
+
+    def __init__(self, kl_coef: float, target: float, horizon: int):
+        super().__init__(kl_coef)
+        self.target, self.horizon = target, horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
