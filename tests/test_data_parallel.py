@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dp_worker import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("dp_worker.py")
@@ -139,21 +140,9 @@ def test_two_processes_equal_one_on_the_same_batches(tmp_path, case):
 
 
 # ------------------------------------------------------------------ the CLI under torchrun
-RUN = [
-    "steps=5",
-    "rollout.num_prompts=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=4",
-    "task.num_train=64",
-    "task.num_eval=12",
-    "eval.num_problems=12",
-    "eval.k=2",
-    "eval.batch_size=8",
-    "checkpoint_every=1",
-    "keep_checkpoints=10",
-    "tensorboard=false",
-    "progress=false",
-]
+# the worker's small run, from the CLI: five steps, evaluated at the start, a checkpoint a step
+# (later overrides win)
+RUN = [*BASE, "steps=5", "eval.at_start=true", "checkpoint_every=1", "keep_checkpoints=10"]
 
 
 def train(out: Path, *overrides: str, nproc: int = 2, resume: bool = False) -> list[dict]:
@@ -199,7 +188,7 @@ def test_kill_one_rank_then_resume_continues_the_same_run(tmp_path):
 
 
 def test_resume_with_another_world_size_is_refused(tmp_path):
-    train(tmp_path, *RUN[1:], "steps=1", "checkpoint_every=0")
+    train(tmp_path, *RUN, "steps=1", "checkpoint_every=0")
     done = subprocess.run(
         [sys.executable, "-m", "rlkit", "train", "--resume", f"output_dir={tmp_path}", "steps=2"],
         env=env(),
@@ -212,7 +201,7 @@ def test_resume_with_another_world_size_is_refused(tmp_path):
 
 def test_fsdp2_resume_continues_the_same_run(tmp_path):
     """FSDP2's sharded optimizer state is saved whole and loaded back into the shards."""
-    fsdp = ["parallel.strategy=fsdp2", *RUN[1:], "eval.every=1", "steps=3"]  # rows alike
+    fsdp = ["parallel.strategy=fsdp2", *RUN, "eval.every=1", "steps=3"]  # rows alike
     whole = train(tmp_path / "whole", *fsdp)
     part = train(tmp_path / "part", *fsdp[:-1], "steps=2")
     assert part == whole[: len(part)]
@@ -251,7 +240,7 @@ def test_accelerate_launch_multi_gpu_starts_two_processes_on_the_cpu(tmp_path):
     accelerate += ["--num_processes=2", "--num_machines=1", "--mixed_precision=no"]
     accelerate += ["--dynamo_backend=no", "-m", "rlkit", "train", f"output_dir={tmp_path}"]
     done = subprocess.run(
-        [*accelerate, *RUN[1:], "steps=1", "checkpoint_every=0"],
+        [*accelerate, *RUN, "steps=1", "checkpoint_every=0"],
         env=env(),
         capture_output=True,
         text=True,
