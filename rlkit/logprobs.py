@@ -312,7 +312,9 @@ class PolicyForward:
         with self.phases("reference"), self.policy.reference() as ref_model:
             return self(ref_model, rollouts, temps)[0]
 
-    def train(self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool, values: bool):
+    def train(
+        self, rollouts: RolloutBatch, temps: torch.Tensor, entropy: bool, values: bool = False
+    ):
         """The training forward, with grad, over exactly these rows (one micro-batch): log-probs,
         entropy (or None) and values (or None)."""
         out = self(self.policy.model, rollouts, temps, entropy, len(rollouts), values)

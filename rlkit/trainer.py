@@ -18,6 +18,8 @@ phase is timed and hookable (``rlkit.phases``). Nothing imports this module's in
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import uuid
 from functools import partial
 from pathlib import Path
@@ -449,4 +451,13 @@ class Trainer:
             self.collector.scorer.close()
         if self.lock is not None:
             self.lock.release()
+        if getattr(self, "parallel", None) is not None:
+            # the DDP/FSDP2 wrapper goes before the process group it holds, not at interpreter
+            # exit after the group is gone
+            self.parallel, self.full_weights = None, contextlib.nullcontext
+            for holder in (getattr(self, "forward", None), getattr(self, "collector", None)):
+                if holder is not None:
+                    holder.parallel = None
+                    holder.full_weights = contextlib.nullcontext
+            gc.collect()
         self.dist.close()

@@ -120,12 +120,19 @@ def main(out: str, mode: str, *overrides: str) -> None:
         return metrics
 
     trainer.step = seen_step
+    weights, close = {}, trainer.close
+
+    def close_after_weights():  # the trainer drops its FSDP2 wrapper as it closes
+        with trainer.full_weights():  # FSDP2: the whole weights are the parameters only here
+            named = list(trainer.policy.model.named_parameters())
+            if trainer.policy.value_head is not None:  # PPO's
+                head = trainer.policy.value_head.named_parameters()
+                named += [(f"value_head.{n}", p) for n, p in head]
+            weights.update({n: p.detach().clone() for n, p in named if p.requires_grad})
+        close()
+
+    trainer.close = close_after_weights
     evals = trainer.train()
-    named = list(trainer.policy.model.named_parameters())
-    if trainer.policy.value_head is not None:  # PPO's
-        named += [(f"value_head.{n}", p) for n, p in trainer.policy.value_head.named_parameters()]
-    with trainer.full_weights():
-        weights = {name: p.detach().clone() for name, p in named if p.requires_grad}
     torch.save({"steps": steps, "weights": weights, "evals": evals}, out / f"rank{rank}.pt")
     if tdist.is_initialized():
         tdist.destroy_process_group()
