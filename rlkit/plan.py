@@ -384,7 +384,8 @@ def resolve_batch_sizes(
     ``0`` does for the rollouts; the CPU has no device memory to bound the KV cache by. With
     ``world`` processes, each process's rows are sized.
     """
-    ro, ev = per_rank(cfg, world).rollout, per_rank(cfg, world).eval
+    shares = per_rank(cfg, world)
+    ro, ev = shares.rollout, shares.eval
     rows = {"rollout.generation_batch_size": ro.num_prompts * ro.group_size}
     rows["eval.batch_size"] = ev.num_problems * ev.k
     auto = [k for k in AUTO_KNOBS if _knob(cfg, k) == "auto"]

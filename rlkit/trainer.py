@@ -455,9 +455,9 @@ class Trainer:
             # the DDP/FSDP2 wrapper goes before the process group it holds, not at interpreter
             # exit after the group is gone
             self.parallel, self.full_weights = None, contextlib.nullcontext
-            for holder in (getattr(self, "forward", None), getattr(self, "collector", None)):
-                if holder is not None:
-                    holder.parallel = None
-                    holder.full_weights = contextlib.nullcontext
+            if getattr(self, "forward", None) is not None:
+                self.forward.parallel = None
+            if getattr(self, "collector", None) is not None:
+                self.collector.full_weights = contextlib.nullcontext
             gc.collect()
         self.dist.close()
