@@ -64,7 +64,8 @@ def plugin_registers(api: dict, registry: str) -> list[str]:
 
 def validating_llm_options(api: dict, options: dict) -> None:
     """What LLM(**options) → EngineArgs(**kwargs) would refuse in the real vLLM."""
-    check_keywords(api, "LLM()", options, [*api["LLM.__init__"], *api["EngineArgs"]])
+    engine_args = api["EngineArgs"] if api["LLM.__init__ **kwargs"] else []
+    check_keywords(api, "LLM()", options, [*api["LLM.__init__"], *engine_args])
     assert options["max_lora_rank"] in api["MaxLoRARanks"]
     assert options["dtype"] in api["ModelDType"]
     assert options["logprobs_mode"] in api["LogprobsMode"]

@@ -142,6 +142,8 @@ def facts(root: Path, version: str, plugin: Path | None = None) -> dict:
     found = {
         "version": version,
         "LLM.__init__": _method_params(llm, "__init__"),
+        # whether LLM(...) passes keywords it does not name on to EngineArgs
+        "LLM.__init__ **kwargs": _function(llm, "__init__").args.kwarg is not None,
         "LLM.generate": _method_params(llm, "generate"),
         "LLM.sleep": _method_params(llm, "sleep"),
         "LLM.wake_up": _method_params(llm, "wake_up"),
