@@ -227,7 +227,8 @@ class RolloutConfig:
     engine: str = "hf"
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
     # none | dequantized: with model.mode=qlora, sample from the 4-bit base dequantized once to
-    # the compute dtype, under the live (unmerged) LoRA (rlkit.generation_copy; +2 bytes a weight)
+    # the compute dtype, under the live (unmerged) LoRA (rlkit.generation_copy; costs the
+    # linears in that dtype: 2 bytes a weight in bf16)
     generation_copy: str = "none"
 
     def __post_init__(self):

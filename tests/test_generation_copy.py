@@ -157,15 +157,26 @@ def test_tis_turns_on_with_the_copy():
 
 @pytest.mark.parametrize("engine", ["hf", "hf_static"])
 def test_a_run_with_the_copy_records_sampler_logprobs_and_corrects_them(
-    tmp_path, tiny_4bit_model_dir, engine
+    tmp_path, tiny_4bit_model_dir, engine, monkeypatch
 ):
+    """Every sampling call of a run, rollouts and evaluation, runs over the copy; TIS is on."""
     cfg = make_config(
         tmp_path, tiny_4bit_model_dir, "model.mode=qlora", COPY, f"rollout.engine={engine}"
     )
     trainer = Trainer(cfg)
     assert trainer.update.tis_cap == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
     assert trainer.collector.generation_copy is not None
+    over_4bit = []
+
+    def recording(model, *args, **kwargs):
+        over_4bit.append(bool(four_bit_layers(model)))
+        return generate_rollouts(model, *args, **kwargs)
+
+    monkeypatch.setattr("rlkit.rollout.generate_rollouts", recording)  # the rollouts'
+    monkeypatch.setattr("rlkit.evaluation.generate_rollouts", recording)  # evaluation's
     trainer.train()
+    # evaluation at the start and the end (greedy + sampled) and one call per step
+    assert over_4bit == [False] * (2 * 2 + cfg.steps)
     assert four_bit_layers(trainer.policy.model)  # training ran NF4 and ends NF4
     rows = read_metrics(tmp_path)[1:]
     for row in rows:
