@@ -4,6 +4,8 @@ LoRA, the training forward untouched, TIS turned on, the memory counted, bad set
 
 from __future__ import annotations
 
+import warnings
+
 import bitsandbytes as bnb
 import pytest
 import torch
@@ -247,3 +249,28 @@ def test_a_device_without_room_for_the_copy_is_refused(monkeypatch):
 def test_a_copy_that_cannot_act_is_refused_by_name(overrides, message):
     with pytest.raises(ValueError, match=message):
         load_config("tiny-cpu", ["model.name_or_path=some/model", *overrides])
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the CUDA graph and free memory need CUDA"
+)
+def test_on_cuda_the_copy_decodes_in_a_cuda_graph_and_checks_free_memory(tiny_4bit_model_dir):
+    """The device check (not run on the CPU): bf16 on CUDA, the static loop captures its decode
+    step over the copy's linears (no eager fallback), and the sampler is the trainer's policy up
+    to bf16 kernel rounding."""
+    spec = qlora_spec(tiny_4bit_model_dir)
+    spec.compute_dtype, spec.device = "bfloat16", "cuda"
+    policy = load_policy(spec)
+    copy = GenerationCopy(policy.model)  # check_room against torch.cuda.mem_get_info
+    assert all(d.weight.is_cuda for *_, d in copy.swaps)
+    with warnings.catch_warnings(record=True) as caught, copy.sampling():
+        warnings.simplefilter("always")
+        batch = generate_rollouts(
+            policy.model, policy.tokenizer, PROMPTS, torch.ones(4), 6, generator_seed=0,
+            engine="hf_static",
+        )  # fmt: skip
+    assert not [w for w in caught if "capture failed" in str(w.message)]
+    assert len(four_bit_layers(policy.model)) == 14
+    trainer_logp, _ = sequence_logprobs(policy.model, batch, batch.temperatures)
+    mask = batch.completion_mask
+    assert torch.allclose(batch.sampler_logp[mask], trainer_logp[mask].float(), atol=0.1)
