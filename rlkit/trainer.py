@@ -169,6 +169,7 @@ class Trainer:
             self.full_weights,
         )
         # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
+        # and, on the HF paths, over the rollouts' weights (collector.sampling_weights)
         self.eval_engine = self.collector.engine or (
             "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         )
@@ -219,7 +220,7 @@ class Trainer:
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1
         (every process ranks every problem alike: the same weights, the evaluation's own seed)."""
-        with self.finite_sampling(), self.full_weights():
+        with self.finite_sampling(), self.full_weights(), self.collector.sampling_weights():
             return sampled_pass_rates(
                 self.policy.model,
                 self.policy.tokenizer,
@@ -309,7 +310,7 @@ class Trainer:
         batches of the sampled pass, so its samples are those one process draws."""
         ev = self.cfg.eval
         mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
-        with self.finite_sampling(), self.full_weights():
+        with self.finite_sampling(), self.full_weights(), self.collector.sampling_weights():
             scores = score_problems(
                 self.policy.model,
                 self.policy.tokenizer,
