@@ -49,7 +49,16 @@ from rlkit.intervals import (
 )
 from rlkit.metrics import read_metrics
 from rlkit.rundir import saved_config, write_atomically
-from rlkit.sweep import HALF_BASELINE_GAIN, MANIFEST, METRICS, NAME, Claim, parse_claims
+from rlkit.sweep import (
+    HALF_BASELINE_GAIN,
+    MANIFEST,
+    METRICS,
+    NAME,
+    Claim,
+    ManipulationCheck,
+    parse_claims,
+    parse_manipulation,
+)
 from rlkit.tasks.loader import load_problems
 
 TOKENS = ("tokens/generated", "tokens/probe")
@@ -405,6 +414,8 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
                 f"| {_fmt(sh['reward_after'])} | {_fmt(vs_reward) if vs_reward else '—'} |"
             )
         lines.append("")
+    if "manipulation" in summary:
+        lines += manipulation_markdown(summary["manipulation"])
     if "claims" in summary:
         lines += claims_markdown(summary["claims"])
     if missing:
@@ -441,7 +452,7 @@ def write_report(
         raise ValueError(
             f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']}): {why}"
         )
-    claims = manifest_claims(manifest, Path(sweep_dir) / MANIFEST)
+    claims, manipulation = preregistered(manifest, Path(sweep_dir) / MANIFEST)
     rows = summarize(manifest, runs, eval_sizes)
     compared = [r for r in rows if r["metric"] == metric and r["vs_baseline"]]
     seeds = max((len(r["vs_baseline_seeds"]) for r in compared), default=0)
@@ -470,7 +481,10 @@ def write_report(
         "missing": list(missing),
         "rows": rows,
     }
-    if claims:  # a spec without claims: the summary as before claims existed
+    # a spec without manipulation checks or claims: the summary as before they existed
+    if manipulation:
+        summary["manipulation"] = manipulation_checks(runs, manipulation)
+    if claims:
         summary["claims"] = judge_claims(summary, claims)
     try:  # every file is built before the first is written
         files = summary_files(summary, missing)
@@ -642,23 +656,78 @@ def judge_claim(
 ALPHA = 0.05
 
 
-def manifest_claims(manifest: dict, path: Path) -> list[Claim]:
-    """The claims of the spec the sweep ran (``sweep.json``'s copy), checked whole as
-    ``rlkit sweep`` checked them (:func:`rlkit.sweep.parse_claims`); none when it has none."""
-    spec = manifest["spec"]
-    if not isinstance(spec, dict) or "claims" not in spec:
-        return []
+def preregistered(
+    manifest: dict, path: Path
+) -> tuple[list[Claim], dict[str, list[ManipulationCheck]]]:
+    """The claims and manipulation checks of the spec the sweep ran (``sweep.json``'s copy),
+    checked whole as ``rlkit sweep`` checked them (:func:`rlkit.sweep.parse_claims`,
+    :func:`rlkit.sweep.parse_manipulation`); none when it has none."""
+    spec = manifest["spec"] if isinstance(manifest["spec"], dict) else {}
     arms = list(dict.fromkeys(run["arm"] for run in manifest["runs"]))
+    baseline, sizes = manifest.get("baseline"), spec.get("group_sizes")
     try:
-        return parse_claims(
-            spec["claims"],
-            arms,
-            manifest.get("baseline"),
-            spec.get("group_sizes"),
-            manifest["name"],
-        )
+        claims = parse_claims(spec.get("claims", []), arms, baseline, sizes, manifest["name"])
+        return claims, parse_manipulation(spec.get("manipulation", {}), arms)
     except ValueError as err:
         raise ValueError(f"{path}: {err} (rerun rlkit sweep)") from None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) -> list[dict]:
+    """Each check of each arm and G (spec ``manipulation``): per seed, the mean of its metric
+    over the steps that logged a finite value; their mean, min and max over seeds; ``acted``:
+    that mean passes ``acts_if``. A metric that no step logged did not act (mean None): an arm
+    whose manipulation is switched off does not log its signals."""
+    out = []
+    for (arm, g), seeds in runs.items():
+        for check in checks.get(arm, []):
+            by_seed = {}
+            for seed, rows in sorted(seeds.items()):
+                values = [r[check.metric] for r in rows if _finite(r.get(check.metric))]
+                if values:
+                    by_seed[str(seed)] = float(np.mean(values))
+            mean = float(np.mean(list(by_seed.values()))) if by_seed else None
+            out.append(
+                {
+                    "arm": arm,
+                    "group_size": g,
+                    "metric": check.metric,
+                    "acts_if": check.acts_if,
+                    "seeds": sorted(seeds),
+                    "by_seed": by_seed,
+                    "mean": mean,
+                    "min": min(by_seed.values(), default=None),
+                    "max": max(by_seed.values(), default=None),
+                    "acted": mean is not None and check.acted(mean),
+                }
+            )
+    return out
+
+
+def manipulation_markdown(checks: list[dict]) -> list[str]:
+    """summary.md's table of the manipulation checks (:func:`manipulation_checks`)."""
+    lines = [
+        "Manipulation checks (the spec's `manipulation`): per arm, the mean over steps and seeds "
+        "of each named metric, [min, max] of the per-seed means; a claim about an arm whose "
+        "manipulation did not act is not testable.",
+        "",
+        "| arm | G | metric | acts if | mean [min, max] over seeds | seeds logged | acted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        value = (
+            "not logged"
+            if c["mean"] is None
+            else (f"{c['mean']:.4g} [{c['min']:.4g}, {c['max']:.4g}]")
+        )
+        lines.append(
+            f"| {c['arm']} | {c['group_size']} | {c['metric']} | {c['acts_if']} | {value} "
+            f"| {len(c['by_seed'])}/{len(c['seeds'])} | {'yes' if c['acted'] else 'no'} |"
+        )
+    return lines + [""]
 
 
 def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
@@ -680,8 +749,12 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
       ``not shown equivalent``;
     - non-inferiority: ``non-inferior`` when the one-sided 95% lower bound of direction·μ (the
       90% interval's end) lies above −margin, else ``not shown non-inferior``;
-    - ``not testable (...)`` under 2 paired seeds, or when a half_baseline_gain margin (half of
-      the vs arm's mean end − start gain) is not positive.
+    - ``not testable (...)`` under 2 paired seeds, when a half_baseline_gain margin (half of
+      the vs arm's mean end − start gain) is not positive, or when a manipulation check of the
+      arm at that G did not act (``summary["manipulation"]``, :func:`manipulation_checks`;
+      ``manipulation_acted``: None when the arm has no check). Such a claim still counts in its
+      family's Holm correction: it was pre-registered, and leaving it out after the runs would
+      make the family depend on what the runs did.
     """
     results = [_test_claim(summary, claim) for claim in claims]
     for family in dict.fromkeys(r["family"] for r in results):
@@ -694,7 +767,17 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
             for r, p in zip(tested, holm([r[f"p_exact{key}"] for r in tested])):
                 r[f"p_holm{key}"] = p
     for r in results:
-        r["verdict"] = _claim_verdict(r)
+        checks = [
+            c["acted"]
+            for c in summary.get("manipulation", [])
+            if (c["arm"], c["group_size"]) == (r["arm"], r["group_size"])
+        ]
+        r["manipulation_acted"] = all(checks) if checks else None
+        r["verdict"] = (
+            "not testable (manipulation did not act)"
+            if r["manipulation_acted"] is False
+            else _claim_verdict(r)
+        )
     return results
 
 

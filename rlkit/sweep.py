@@ -42,6 +42,20 @@ t-interval inside Â±margin) for equivalence and the one-sided 95% bound above âˆ
 non-inferiority; a superiority claim is ``not reproduced`` only when its equivalence within the
 margin passes, ``inconclusive`` otherwise. The verdicts are in :func:`rlkit.report.judge_claims`.
 
+Manipulation checks (optional): per arm, ``metrics.jsonl`` keys whose mean over steps and seeds
+shows that the arm's mechanism acted; the report shows each one's mean [min, max over seeds],
+and a claim about an arm whose check failed is ``not testable (manipulation did not act)``::
+
+    manipulation:
+      ClipCov: [{metric: clip_cov/pg_clipfrac, acts_if: "> 0"}]
+      AGPO:
+        - {metric: clip_ratio/region_mean, acts_if: "> 0.01"}
+        - {metric: agpo/temperature/max, acts_if: "> 1.05"}
+
+``acts_if`` is ``<op> <number>``, op one of ``> >= < <=``. A metric that no step logged did not
+act (a switched-off mechanism logs no signals: AGPO's ``agpo/epsilon/*`` only with its adaptive
+clip).
+
 The whole spec is checked before any run starts: an unknown key or a bad value (named with its
 key; a claim's with the claim's index and name), a bad override (named with its arm), a key the sweep sets itself (``seed``, ``output_dir``,
 and ``rollout.group_size`` when ``group_sizes`` is given), a task with no training or held-out
@@ -71,6 +85,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -104,6 +119,7 @@ SPEC_KEYS = {
     "threads": "torch threads per run",
     "workers": "runs in parallel",
     "claims": "optional list of pre-registered claims that rlkit report tests",
+    "manipulation": "optional mapping arm -> list of {metric, acts_if} checks that it acted",
 }
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")  # what rlkit report summarizes (and claims test)
 TESTS = ("superiority", "equivalence", "noninferiority")
@@ -266,6 +282,60 @@ def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim
     )
 
 
+@dataclass(frozen=True)
+class ManipulationCheck:
+    """One check that an arm's manipulation acted: the mean over steps and seeds of a
+    ``metrics.jsonl`` key compared with a threshold (``acts_if``: ``"> 0.01"``)."""
+
+    metric: str
+    acts_if: str
+
+    @property
+    def compare(self) -> tuple[str, float]:
+        op, value = ACTS_IF.fullmatch(self.acts_if).group(1, 2)
+        return op, float(value)
+
+    def acted(self, mean: float) -> bool:
+        op, threshold = self.compare
+        return COMPARISONS[op](mean, threshold)
+
+
+ACTS_IF = re.compile(r"\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
+COMPARISONS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
+    """Check the spec's ``manipulation`` whole: arm -> list of ``{metric: <metrics.jsonl key>,
+    acts_if: "<op> <number>"}`` (op one of > >= < <=); a ValueError names the bad entry."""
+    if not isinstance(value, dict):
+        raise ValueError(f"sweep spec: manipulation must be a mapping arm -> checks, got {value!r}")
+    checks = {}
+    for arm, items in value.items():
+        where = f"sweep spec: manipulation.{arm}"
+        if arm not in arms:
+            raise ValueError(f"{where}: {arm!r} is not an arm; arms: {list(arms)}")
+        if not isinstance(items, list) or not items:
+            raise ValueError(f"{where} must be a non-empty list of checks, got {items!r}")
+        checks[arm] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or set(item) != {"metric", "acts_if"}:
+                raise ValueError(
+                    f"{where}[{i}] must be a mapping with exactly metric and acts_if, got {item!r}"
+                )
+            metric, acts_if = item["metric"], item["acts_if"]
+            if not isinstance(metric, str) or not metric.strip():
+                raise ValueError(
+                    f"{where}[{i}]: metric must be a metrics.jsonl key, got {metric!r}"
+                )
+            if not isinstance(acts_if, str) or not ACTS_IF.fullmatch(acts_if):
+                raise ValueError(
+                    f"{where}[{i}]: acts_if must be '<op> <number>' with op one of "
+                    f"{list(COMPARISONS)} (e.g. '> 0.01'), got {acts_if!r}"
+                )
+            checks[arm].append(ManipulationCheck(metric, acts_if))
+    return checks
+
+
 @dataclass
 class SweepSpec:
     name: str
@@ -279,6 +349,7 @@ class SweepSpec:
     threads: int
     workers: int | None
     claims: list[Claim] = field(default_factory=list)
+    manipulation: dict[str, list[ManipulationCheck]] = field(default_factory=dict)
 
 
 def _string_list(key: str, value) -> list[str]:
@@ -352,6 +423,7 @@ def parse_spec(path: str | Path) -> SweepSpec:
         threads=_count("threads", data.get("threads", 1), 1),
         workers=None if workers is None else _count("workers", workers, 0),
         claims=parse_claims(data.get("claims", []), arms, baseline, sizes, name),
+        manipulation=parse_manipulation(data.get("manipulation", {}), arms),
     )
 
 

@@ -169,9 +169,9 @@ def test_claims_on_a_summary_without_per_seed_values_name_the_file():
         judge_claims(summary, claims({"name": "c", "test": "superiority", "direction": 1}))
 
 
-def with_claims(sweep_dir, claim_specs):
+def with_spec(sweep_dir, **keys):
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
-    manifest["spec"] = manifest["spec"] | {"claims": claim_specs}
+    manifest["spec"] = manifest["spec"] | keys
     (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
 
 
@@ -188,7 +188,7 @@ def test_report_writes_the_claims_and_changes_nothing_else(tmp_path, sweep_dir):
         {"name": "B above A", "arm": "B", "test": "superiority", "direction": 1, "source": "x"},
         {"name": "B near A", "arm": "B", "test": "equivalence", "margin": "half_baseline_gain"},
     ]
-    with_claims(sweep_dir, specs)
+    with_spec(sweep_dir, claims=specs)
     write_report(sweep_dir, tmp_path / "results")  # the same command, the same files
     summary, after = read_summary(tmp_path / "results")
     above, near = summary["claims"]
@@ -212,7 +212,7 @@ def test_report_writes_the_claims_and_changes_nothing_else(tmp_path, sweep_dir):
 
 
 def test_report_refuses_bad_claims_in_the_manifest(tmp_path, sweep_dir):
-    with_claims(sweep_dir, [{"name": "c", "arm": "Z", "test": "superiority", "direction": 1}])
+    with_spec(sweep_dir, claims=[{"name": "c", "arm": "Z", "test": "superiority", "direction": 1}])
     with pytest.raises(ValueError, match=r"sweep.json: sweep spec: claims\[0\] \(c\): arm 'Z'"):
         write_report(sweep_dir, tmp_path / "results")
     assert not (tmp_path / "results").exists()
@@ -230,3 +230,40 @@ def test_committed_summaries_render_back_byte_for_byte(path):
     for name, text in summary_files(summary, {}).items():
         with open(path.parent / name, newline="") as f:
             assert text == f.read(), name
+
+
+def test_manipulation_checks_per_arm_and_claims_on_an_arm_that_did_not_act(tmp_path, sweep_dir):
+    # every run logs tokens/generated = (100 + 10·seed)·step at steps 1..4: per-seed mean
+    # 2.5·(100 + 10·seed), so 250 .. 350 over seeds 0..4, mean 300
+    manipulation = {
+        "A": [{"metric": "reward", "acts_if": "> 0.4"}],
+        "B": [
+            {"metric": "tokens/generated", "acts_if": ">= 300"},
+            {"metric": "agpo/epsilon/mean", "acts_if": "> 0"},  # never logged
+        ],
+    }
+    claim = {"name": "c", "arm": "B", "test": "superiority", "direction": 1}
+    with_spec(
+        sweep_dir,
+        manipulation=manipulation,
+        claims=[claim, claim | {"name": "A", "arm": "A", "vs": "B"}],
+    )
+    write_report(sweep_dir, tmp_path / "results")
+    summary, files = read_summary(tmp_path / "results")
+    reward, tokens, epsilon = summary["manipulation"]
+    assert reward["acted"] and reward["mean"] == 0.5 and reward["by_seed"]["4"] == 0.5
+    assert tokens["by_seed"] == {str(s): 2.5 * (100 + 10 * s) for s in range(5)}
+    assert (tokens["mean"], tokens["min"], tokens["max"]) == (300, 250, 350)
+    assert tokens["acted"] and tokens["seeds"] == [0, 1, 2, 3, 4]
+    assert epsilon["mean"] is None and not epsilon["acted"]
+    b_claim, a_claim = summary["claims"]
+    assert b_claim["manipulation_acted"] is False
+    assert b_claim["verdict"] == "not testable (manipulation did not act)"
+    assert b_claim["p_exact"] == 1 / 32  # still computed and reported
+    assert a_claim["manipulation_acted"] is True
+    # the untestable claim still counts in its family's Holm correction (pre-registered): 2 × 1/32
+    assert a_claim["p_holm_other"] == 2 / 32 and a_claim["verdict"] == "inconclusive"
+    md = files["summary.md"]
+    assert "| B | 4 | tokens/generated | >= 300 | 300 [250, 350] | 5/5 | yes |" in md
+    assert "| B | 4 | agpo/epsilon/mean | > 0 | not logged | 0/5 | no |" in md
+    assert md.index("Manipulation checks") < md.index("Pre-registered claims")

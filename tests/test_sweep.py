@@ -154,6 +154,41 @@ def test_claims_defaults_are_resolved_when_the_spec_is_loaded(tmp_path):
     assert parse_spec(write_spec(tmp_path, "unused")).claims == []
 
 
+@pytest.mark.parametrize(
+    ("manipulation", "message"),
+    [
+        ([], r"manipulation must be a mapping arm -> checks, got \[\]"),
+        ({"PPO": [{"metric": "m", "acts_if": "> 0"}]}, r"manipulation.PPO: 'PPO' is not an arm"),
+        ({"EBPO": []}, r"manipulation.EBPO must be a non-empty list of checks"),
+        ({"EBPO": [{"metric": "m"}]}, r"manipulation.EBPO\[0\] must be a mapping with exactly"),
+        ({"EBPO": [{"metric": "", "acts_if": "> 0"}]}, r"EBPO\[0\]: metric must be a metrics"),
+        (
+            {"EBPO": [{"metric": "m", "acts_if": "0.01"}]},
+            r"EBPO\[0\]: acts_if must be '<op> <number>' .* got '0.01'",
+        ),
+        ({"EBPO": [{"metric": "m", "acts_if": "== 1"}]}, r"acts_if must be .* got '== 1'"),
+    ],
+)
+def test_bad_manipulation_checks_are_named_when_the_spec_is_loaded(tmp_path, manipulation, message):
+    with pytest.raises(ValueError, match="sweep spec: .*" + message):
+        parse_spec(write_spec(tmp_path, "unused", manipulation=manipulation))
+
+
+def test_manipulation_checks_compare_the_mean_with_acts_if(tmp_path):
+    checks = {
+        "EBPO": [{"metric": "m", "acts_if": op} for op in ("> 0.01", ">=1e-2", "<-1", "<= .5")]
+    }
+    spec = parse_spec(write_spec(tmp_path, "unused", manipulation=checks))
+    gt, ge, lt, le = spec.manipulation["EBPO"]
+    assert (gt.acted(0.01), ge.acted(0.01), lt.acted(-1.0), le.acted(0.5)) == (
+        False,
+        True,
+        False,
+        True,
+    )
+    assert gt.acted(0.011) and lt.acted(-1.5) and not le.acted(0.51)
+
+
 def test_plan_is_arms_by_group_sizes_by_seeds(tmp_path, tiny_model_dir):
     spec = parse_spec(write_spec(tmp_path, tiny_model_dir, group_sizes=[2, 4]))
     runs = plan(spec)
