@@ -740,7 +740,7 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
     difference" against the claimed direction (``p_exact_other``: against the other one);
     non-inferiority, H0 direction·μ ≤ −margin; equivalence, TOST's larger p of H0 μ ≤ −margin
     and H0 μ ≥ margin. ``p_holm`` / ``p_holm_other``: the sign-flip p's Holm-adjusted over the
-    superiority claims of the family. Verdicts (α = 0.05):
+    superiority claims of the family that have 2 paired seeds or more. Verdicts (α = 0.05):
 
     - superiority: ``reproduced`` (p_holm < α), ``contradicted`` (p_holm_other < α), else ``not
       reproduced`` when the equivalence test within the claim's margin passes, else
@@ -781,18 +781,29 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
     return results
 
 
+def _row_or_none(summary: dict, arm: str, metric: str, group_size: int | None) -> dict | None:
+    """The arm's row; None when it has none (none of its runs finished: not testable)."""
+    try:
+        return summary_row(summary, arm, metric, group_size)
+    except KeyError:
+        return None
+
+
 def _test_claim(summary: dict, claim: Claim) -> dict:
     where = claim.metric, claim.group_size
-    arm, vs = (end_by_seed(summary, a, *where) for a in (claim.arm, claim.vs))
+    rows = {a: _row_or_none(summary, a, *where) for a in (claim.arm, claim.vs)}
+    arm, vs = ({} if rows[a] is None else end_by_seed(summary, a, *where) for a in rows)
     seeds = sorted(set(arm) & set(vs), key=int)
     d = np.array([arm[s] - vs[s] for s in seeds])
     margin = claim.margin
     if margin == HALF_BASELINE_GAIN:
-        margin = summary_row(summary, claim.vs, *where)["gain"]["mean"] / 2
+        margin = None if rows[claim.vs] is None else rows[claim.vs]["gain"]["mean"] / 2
     result = dataclasses.asdict(claim) | {
         "margin": margin,
         "margin_rule": claim.margin if isinstance(claim.margin, str) else None,
-        "group_size": summary_row(summary, claim.arm, *where)["group_size"],  # the sweep's only G
+        "group_size": claim.group_size
+        if rows[claim.arm] is None
+        else rows[claim.arm]["group_size"],
         "seeds": [int(s) for s in seeds],
         "arm_end": _ci([arm[s] for s in seeds]) if seeds else None,
         "vs_end": _ci([vs[s] for s in seeds]) if seeds else None,

@@ -152,6 +152,14 @@ def test_one_paired_seed_is_not_testable():
     assert got["verdict"] == "not testable (fewer than 2 paired seeds)" and got["p_exact"] is None
 
 
+def test_a_claim_about_an_arm_without_finished_runs_is_not_testable():
+    summary = summary_with({"A": [0.5, 0.6]})  # B has no row: none of its runs finished
+    specs = [{"name": "c", "test": "equivalence", "margin": "half_baseline_gain"}]
+    (got,) = judge_claims(summary, claims(*specs))
+    assert got["seeds"] == [] and got["margin"] == 0.05 and got["group_size"] == 4
+    assert got["verdict"] == "not testable (fewer than 2 paired seeds)"
+
+
 def test_planned_mdd_is_recorded_beside_the_observed_one():
     claim = {"name": "c", "test": "superiority", "direction": 1}
     got = judged(D, claim | {"planned_mdd": 0.012, "planned_from": "results/pilot"})[0]
