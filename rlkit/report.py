@@ -9,6 +9,9 @@ For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit
   the paired seed-to-seed spread allows with this many seeds;
 - the generated tokens (training + AGPO probe), the cost axis of the figure: held-out accuracy
   against generated tokens, mean over seeds with a 95% band.
+- the spec's pre-registered ``claims`` (:mod:`rlkit.sweep`), each tested as written there and
+  nothing else (:func:`judge_claims`): a summary of a spec without claims is what it was before
+  claims existed, byte for byte.
 
 Written to ``results/<sweep>/summary.{csv,json,md}`` and ``accuracy_vs_tokens.png``, with the
 commands that produced them. Runs that have not finished are listed and left out, each with what
@@ -24,6 +27,7 @@ written atomically.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -34,13 +38,29 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
+from rlkit.intervals import (
+    Interval,
+    holm,
+    mean_ci,
+    minimum_detectable_difference,
+    paired_difference,
+    sign_flip_p_greater,
+    t_p_greater,
+)
 from rlkit.metrics import read_metrics
 from rlkit.rundir import saved_config, write_atomically
-from rlkit.sweep import MANIFEST, NAME
+from rlkit.sweep import (
+    HALF_BASELINE_GAIN,
+    MANIFEST,
+    METRICS,
+    NAME,
+    Claim,
+    ManipulationCheck,
+    parse_claims,
+    parse_manipulation,
+)
 from rlkit.tasks.loader import load_problems
 
-METRICS = ("eval/greedy_accuracy", "eval/pass@1")
 TOKENS = ("tokens/generated", "tokens/probe")
 FIGURE = "accuracy_vs_tokens.png"
 
@@ -337,12 +357,12 @@ def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50
     return out
 
 
-def markdown(
-    manifest: dict, rows: list[dict], commands: list[str], mdd: dict, missing: dict[str, str]
-) -> str:
-    baseline = manifest.get("baseline")
+def markdown(summary: dict, missing: dict[str, str]) -> str:
+    """summary.md: the arms table, the MDD, the task shift's table, the pre-registered claims
+    (when the spec has any) and the runs left out, with why."""
+    baseline, rows, commands = summary["baseline"], summary["rows"], summary["commands"]
     lines = [
-        f"# Sweep `{manifest['name']}`",
+        f"# Sweep `{summary['name']}`",
         "",
         "Produced by:",
         "",
@@ -368,7 +388,7 @@ def markdown(
             f"| {vs} | {_points(r['mdd'])} | {_points(r['eval_se'])} ({r['eval_problems']}) "
             f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
         )
-    lines += ["", mdd_sentence(mdd), ""]
+    lines += ["", mdd_sentence(summary["mdd"]), ""]
     shifted = [r for r in rows if r["shift"]]
     if shifted:
         lines += [
@@ -394,6 +414,10 @@ def markdown(
                 f"| {_fmt(sh['reward_after'])} | {_fmt(vs_reward) if vs_reward else '—'} |"
             )
         lines.append("")
+    if "manipulation" in summary:
+        lines += manipulation_markdown(summary["manipulation"])
+    if "claims" in summary:
+        lines += claims_markdown(summary["claims"])
     if missing:
         left_out = "; ".join(f"{run_dir} ({why})" for run_dir, why in missing.items())
         lines += [f"Left out (not finished or not readable): {left_out}", ""]
@@ -428,6 +452,7 @@ def write_report(
         raise ValueError(
             f"no finished run in {sweep_dir} (rlkit sweep {manifest['spec_file']}): {why}"
         )
+    claims, manipulation = preregistered(manifest, Path(sweep_dir) / MANIFEST)
     rows = summarize(manifest, runs, eval_sizes)
     compared = [r for r in rows if r["metric"] == metric and r["vs_baseline"]]
     seeds = max((len(r["vs_baseline_seeds"]) for r in compared), default=0)
@@ -456,12 +481,13 @@ def write_report(
         "missing": list(missing),
         "rows": rows,
     }
+    # a spec without manipulation checks or claims: the summary as before they existed
+    if manipulation:
+        summary["manipulation"] = manipulation_checks(runs, manipulation)
+    if claims:
+        summary["claims"] = judge_claims(summary, claims)
     try:  # every file is built before the first is written
-        files = {
-            "summary.md": markdown(manifest, rows, commands, mdd, missing),
-            "summary.json": json.dumps(summary, indent=1, allow_nan=False) + "\n",
-            "summary.csv": summary_csv(rows),
-        }
+        files = summary_files(summary, missing)
     except ValueError as err:
         raise ValueError(f"{sweep_dir}: the summary holds a non-finite number ({err})") from None
     try:
@@ -472,6 +498,17 @@ def write_report(
     except OSError as err:
         raise ValueError(f"cannot write the report into {out}: {err}") from None
     return files["summary.md"] + f"\nwritten to {out}/"
+
+
+def summary_files(summary: dict, missing: dict[str, str]) -> dict[str, str]:
+    """The text of summary.md, summary.json and summary.csv of a summary (a committed
+    summary.json renders back to its own files byte for byte); a ValueError on a non-finite
+    number."""
+    return {
+        "summary.md": markdown(summary, missing),
+        "summary.json": json.dumps(summary, indent=1, allow_nan=False) + "\n",
+        "summary.csv": summary_csv(summary["rows"]),
+    }
 
 
 def summary_csv(rows: list[dict]) -> str:
@@ -613,3 +650,248 @@ def judge_claim(
         f"MDD {_points(vs['mdd'])}, p = {vs['p']:.3f} → {verdict}"
     )
     return vs | {"verdict": verdict, "text": text}
+
+
+# ---------------------------------------------------------------- pre-registered claims
+ALPHA = 0.05
+
+
+def preregistered(
+    manifest: dict, path: Path
+) -> tuple[list[Claim], dict[str, list[ManipulationCheck]]]:
+    """The claims and manipulation checks of the spec the sweep ran (``sweep.json``'s copy),
+    checked whole as ``rlkit sweep`` checked them (:func:`rlkit.sweep.parse_claims`,
+    :func:`rlkit.sweep.parse_manipulation`); none when it has none."""
+    spec = manifest["spec"] if isinstance(manifest["spec"], dict) else {}
+    arms = list(dict.fromkeys(run["arm"] for run in manifest["runs"]))
+    baseline, sizes = manifest.get("baseline"), spec.get("group_sizes")
+    try:
+        claims = parse_claims(spec.get("claims", []), arms, baseline, sizes, manifest["name"])
+        return claims, parse_manipulation(spec.get("manipulation", {}), arms)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err} (rerun rlkit sweep)") from None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) -> list[dict]:
+    """Each check of each arm and G (spec ``manipulation``): per seed, the mean of its metric
+    over the steps that logged a finite value; their mean, min and max over seeds; ``acted``:
+    that mean passes ``acts_if``. A metric that no step logged did not act (mean None): an arm
+    whose manipulation is switched off does not log its signals."""
+    out = []
+    for (arm, g), seeds in runs.items():
+        for check in checks.get(arm, []):
+            by_seed = {}
+            for seed, rows in sorted(seeds.items()):
+                values = [r[check.metric] for r in rows if _finite(r.get(check.metric))]
+                if values:
+                    by_seed[str(seed)] = float(np.mean(values))
+            mean = float(np.mean(list(by_seed.values()))) if by_seed else None
+            out.append(
+                {
+                    "arm": arm,
+                    "group_size": g,
+                    "metric": check.metric,
+                    "acts_if": check.acts_if,
+                    "seeds": sorted(seeds),
+                    "by_seed": by_seed,
+                    "mean": mean,
+                    "min": min(by_seed.values(), default=None),
+                    "max": max(by_seed.values(), default=None),
+                    "acted": mean is not None and check.acted(mean),
+                }
+            )
+    return out
+
+
+def manipulation_markdown(checks: list[dict]) -> list[str]:
+    """summary.md's table of the manipulation checks (:func:`manipulation_checks`)."""
+    lines = [
+        "Manipulation checks (the spec's `manipulation`): per arm, the mean over steps and seeds "
+        "of each named metric, [min, max] of the per-seed means; a claim about an arm whose "
+        "manipulation did not act is not testable.",
+        "",
+        "| arm | G | metric | acts if | mean [min, max] over seeds | seeds logged | acted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        value = (
+            "not logged"
+            if c["mean"] is None
+            else (f"{c['mean']:.4g} [{c['min']:.4g}, {c['max']:.4g}]")
+        )
+        lines.append(
+            f"| {c['arm']} | {c['group_size']} | {c['metric']} | {c['acts_if']} | {value} "
+            f"| {len(c['by_seed'])}/{len(c['seeds'])} | {'yes' if c['acted'] else 'no'} |"
+        )
+    return lines + [""]
+
+
+def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
+    """Each pre-registered claim tested on the per-seed end values of ``summary``'s rows
+    (``end_by_seed``: a summary without them is a ValueError naming the file), over the seeds
+    both arms finished: d_s = arm − vs.
+
+    ``p_t`` / ``p_exact``: the one-sided p of the claim's test by the t-test and by sign flips
+    (:func:`rlkit.intervals.sign_flip_p_greater`: exact for n ≤ 20): superiority, H0 "no
+    difference" against the claimed direction (``p_exact_other``: against the other one);
+    non-inferiority, H0 direction·μ ≤ −margin; equivalence, TOST's larger p of H0 μ ≤ −margin
+    and H0 μ ≥ margin. ``p_holm`` / ``p_holm_other``: the sign-flip p's Holm-adjusted over the
+    superiority claims of the family that have 2 paired seeds or more. Verdicts (α = 0.05):
+
+    - superiority: ``reproduced`` (p_holm < α), ``contradicted`` (p_holm_other < α), else ``not
+      reproduced`` when the equivalence test within the claim's margin passes, else
+      ``inconclusive``;
+    - equivalence: ``equivalent`` when the 90% t-interval lies inside ±margin (TOST at 5%), else
+      ``not shown equivalent``;
+    - non-inferiority: ``non-inferior`` when the one-sided 95% lower bound of direction·μ (the
+      90% interval's end) lies above −margin, else ``not shown non-inferior``;
+    - ``not testable (...)`` under 2 paired seeds, when a half_baseline_gain margin (half of
+      the vs arm's mean end − start gain) is not positive, or when a manipulation check of the
+      arm at that G did not act (``summary["manipulation"]``, :func:`manipulation_checks`;
+      ``manipulation_acted``: None when the arm has no check). Such a claim still counts in its
+      family's Holm correction: it was pre-registered, and leaving it out after the runs would
+      make the family depend on what the runs did.
+    """
+    results = [_test_claim(summary, claim) for claim in claims]
+    for family in dict.fromkeys(r["family"] for r in results):
+        tested = [
+            r
+            for r in results
+            if r["family"] == family and r["test"] == "superiority" and r["p_exact"] is not None
+        ]
+        for key in ("", "_other"):
+            for r, p in zip(tested, holm([r[f"p_exact{key}"] for r in tested])):
+                r[f"p_holm{key}"] = p
+    for r in results:
+        checks = [
+            c["acted"]
+            for c in summary.get("manipulation", [])
+            if (c["arm"], c["group_size"]) == (r["arm"], r["group_size"])
+        ]
+        r["manipulation_acted"] = all(checks) if checks else None
+        r["verdict"] = (
+            "not testable (manipulation did not act)"
+            if r["manipulation_acted"] is False
+            else _claim_verdict(r)
+        )
+    return results
+
+
+def _row_or_none(summary: dict, arm: str, metric: str, group_size: int | None) -> dict | None:
+    """The arm's row; None when it has none (none of its runs finished: not testable)."""
+    try:
+        return summary_row(summary, arm, metric, group_size)
+    except KeyError:
+        return None
+
+
+def _test_claim(summary: dict, claim: Claim) -> dict:
+    where = claim.metric, claim.group_size
+    rows = {a: _row_or_none(summary, a, *where) for a in (claim.arm, claim.vs)}
+    arm, vs = ({} if rows[a] is None else end_by_seed(summary, a, *where) for a in rows)
+    seeds = sorted(set(arm) & set(vs), key=int)
+    d = np.array([arm[s] - vs[s] for s in seeds])
+    margin = claim.margin
+    if margin == HALF_BASELINE_GAIN:
+        margin = None if rows[claim.vs] is None else rows[claim.vs]["gain"]["mean"] / 2
+    result = dataclasses.asdict(claim) | {
+        "margin": margin,
+        "margin_rule": claim.margin if isinstance(claim.margin, str) else None,
+        "group_size": claim.group_size
+        if rows[claim.arm] is None
+        else rows[claim.arm]["group_size"],
+        "seeds": [int(s) for s in seeds],
+        "arm_end": _ci([arm[s] for s in seeds]) if seeds else None,
+        "vs_end": _ci([vs[s] for s in seeds]) if seeds else None,
+        "difference": _ci(d.tolist()) if seeds else None,
+        "ci90": None,
+        "mdd": paired_mdd(d.tolist()),
+        "p_t": None,
+        "p_exact": None,
+        "p_method": None,
+    }
+    if claim.test == "superiority":
+        result |= {"p_exact_other": None, "p_holm": None, "p_holm_other": None}
+    usable = margin is not None and margin > 0
+    if len(d) < 2 or (claim.test != "superiority" and not usable):
+        return result
+    ci90 = mean_ci(d, level=0.90)
+    result["ci90"] = {"low": float(ci90.low), "high": float(ci90.high)}
+    if claim.test == "equivalence":
+        sides = [d + margin, margin - d]  # H0 μ ≤ −margin, H0 μ ≥ margin
+    else:
+        sides = [claim.direction * d + (margin if claim.test == "noninferiority" else 0.0)]
+    exact = [sign_flip_p_greater(x) for x in sides]
+    result |= {
+        "p_t": max(t_p_greater(x) for x in sides),
+        "p_exact": max(p for p, _ in exact),
+        "p_method": exact[0][1],
+    }
+    if claim.test == "superiority":
+        result["p_exact_other"] = sign_flip_p_greater(-sides[0])[0]
+    return result
+
+
+def _claim_verdict(r: dict) -> str:
+    if len(r["seeds"]) < 2:
+        return "not testable (fewer than 2 paired seeds)"
+    margin, ci90 = r["margin"], r["ci90"]
+    if r["test"] == "superiority":
+        if r["p_holm"] < ALPHA:
+            return "reproduced"
+        if r["p_holm_other"] < ALPHA:
+            return "contradicted"
+        if margin is not None and margin > 0 and -margin < ci90["low"] <= ci90["high"] < margin:
+            return "not reproduced"
+        return "inconclusive"
+    if ci90 is None:
+        return f"not testable (margin {margin * 100:.2f} points is not positive)"
+    if r["test"] == "equivalence":
+        inside = -margin < ci90["low"] and ci90["high"] < margin
+        return "equivalent" if inside else "not shown equivalent"
+    bound = ci90["low"] if r["direction"] > 0 else -ci90["high"]
+    return "non-inferior" if bound > -margin else "not shown non-inferior"
+
+
+def _p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def claims_markdown(claims: list[dict]) -> list[str]:
+    """summary.md's table of the pre-registered claims (:func:`judge_claims`)."""
+    lines = [
+        "Pre-registered claims (the spec's `claims`, tested by rlkit report and nothing else): "
+        "d = arm − vs per paired seed (points); p = one-sided p of the claim's test "
+        "(superiority: in the claimed direction; non-inferiority: against −margin; "
+        "equivalence: TOST, the larger of its two) by the t-test and by sign flips (exact over "
+        "all 2^n flips; MC: a seeded Monte-Carlo of 100 000); Holm = the sign-flip p "
+        "Holm-adjusted over the family's superiority claims, α = 0.05; equivalence and "
+        "non-inferiority read the 90% t-interval (TOST at 5%, one-sided 95% bound).",
+        "",
+        "| claim | family | test | arm − vs | metric | G | seeds | d [95% CI] | 90% CI "
+        "| margin | p (t) | p (sign flips) | p (Holm) | MDD (planned) | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        test = c["test"] + ("" if c["direction"] is None else f" ({c['direction']:+d})")
+        ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
+        margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
+        if c["margin_rule"]:
+            margin += f" ({c['margin_rule']})"
+        exact = _p(c["p_exact"]) + (" (MC)" if (c["p_method"] or "").startswith("Monte") else "")
+        mdd = _points(c["mdd"])
+        if c["planned_mdd"] is not None:
+            mdd += f" ({c['planned_mdd'] * 100:.1f} from {c['planned_from']})"
+        d = "—" if c["difference"] is None else _fmt_signed(c["difference"])
+        lines.append(
+            f"| {c['name']} | {c['family']} | {test} | {c['arm']} − {c['vs']} "
+            f"| {c['metric'].removeprefix('eval/')} | {c['group_size']} "
+            f"| {len(c['seeds'])} | {d} | {ci90 or '—'} | {margin} | {_p(c['p_t'])} | {exact} "
+            f"| {_p(c.get('p_holm'))} | {mdd} | {c['verdict']} |"
+        )
+    sources = [f"- {c['name']}: {c['source']}" for c in claims if c["source"]]
+    return lines + [""] + (["Sources:", "", *sources, ""] if sources else [])

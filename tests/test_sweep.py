@@ -96,6 +96,99 @@ def test_bad_specs_fail_before_any_run(tmp_path, tiny_model_dir, change, message
     assert not (tmp_path / "out").exists()
 
 
+SUPERIORITY = {"name": "c", "arm": "EBPO", "test": "superiority", "direction": 1}
+
+
+@pytest.mark.parametrize(
+    ("claims", "message"),
+    [
+        ({"name": "c"}, r"claims must be a list of mappings, got \{'name': 'c'\}"),
+        (["c"], r"claims\[0\] must be a mapping, got 'c'"),
+        ([SUPERIORITY | {"dirction": 1}], r"claims\[0\]: unknown key 'dirction'; known: "),
+        ([SUPERIORITY | {"name": ""}], r"claims\[0\]: name must be a non-empty string"),
+        ([SUPERIORITY, dict(SUPERIORITY)], r"claims\[1\]: name 'c' is used twice"),
+        ([SUPERIORITY | {"arm": "PPO"}], r"claims\[0\] \(c\): arm 'PPO' is not an arm"),
+        ([SUPERIORITY | {"vs": "EBPO"}], r"\(c\): arm and vs are the same arm 'EBPO'"),
+        ([SUPERIORITY | {"metric": "reward"}], r"\(c\): metric 'reward': must be one of"),
+        ([SUPERIORITY | {"test": "better"}], r"\(c\): test 'better': must be one of"),
+        (
+            [SUPERIORITY | {"direction": 0}],
+            r"direction \(\+1 or -1\) is required by superiority tests, got 0",
+        ),
+        (
+            [SUPERIORITY | {"test": "equivalence", "margin": 0.01}],
+            r"\(c\): direction is not used by equivalence tests, got 1",
+        ),
+        (
+            [SUPERIORITY | {"test": "noninferiority"}],
+            r"\(c\): margin is required by noninferiority tests",
+        ),
+        ([SUPERIORITY | {"margin": -0.01}], r"\(c\): margin -0.01: must be accuracy units > 0"),
+        ([SUPERIORITY | {"margin": "half"}], r"\(c\): margin 'half': must be"),
+        ([SUPERIORITY | {"family": ""}], r"\(c\): family '': must be"),
+        ([SUPERIORITY | {"group_size": 8}], r"\(c\): group_size 8 is not a G of the sweep \[2\]"),
+        ([SUPERIORITY | {"planned_mdd": 0.01}], r"planned_mdd and planned_from go together"),
+        (
+            [SUPERIORITY | {"planned_mdd": "1", "planned_from": "pilot"}],
+            r"\(c\): planned_mdd '1': must be",
+        ),
+    ],
+)
+def test_bad_claims_are_named_when_the_spec_is_loaded(tmp_path, claims, message):
+    with pytest.raises(ValueError, match=message) as err:
+        parse_spec(write_spec(tmp_path, "unused", claims=claims))
+    assert str(err.value).startswith("sweep spec: ")
+
+
+def test_claims_defaults_are_resolved_when_the_spec_is_loaded(tmp_path):
+    spec = parse_spec(write_spec(tmp_path, "unused", claims=[SUPERIORITY]))
+    (claim,) = spec.claims
+    assert (claim.vs, claim.metric, claim.family, claim.group_size) == (
+        "GRPO",
+        "eval/greedy_accuracy",
+        "t",
+        2,
+    )
+    with pytest.raises(ValueError, match=r"\(c\): group_size is required \(the sweep has G"):
+        parse_spec(write_spec(tmp_path, "unused", claims=[SUPERIORITY], group_sizes=[2, 4]))
+    assert parse_spec(write_spec(tmp_path, "unused")).claims == []
+
+
+@pytest.mark.parametrize(
+    ("manipulation", "message"),
+    [
+        ([], r"manipulation must be a mapping arm -> checks, got \[\]"),
+        ({"PPO": [{"metric": "m", "acts_if": "> 0"}]}, r"manipulation.PPO: 'PPO' is not an arm"),
+        ({"EBPO": []}, r"manipulation.EBPO must be a non-empty list of checks"),
+        ({"EBPO": [{"metric": "m"}]}, r"manipulation.EBPO\[0\] must be a mapping with exactly"),
+        ({"EBPO": [{"metric": "", "acts_if": "> 0"}]}, r"EBPO\[0\]: metric must be a metrics"),
+        (
+            {"EBPO": [{"metric": "m", "acts_if": "0.01"}]},
+            r"EBPO\[0\]: acts_if must be '<op> <number>' .* got '0.01'",
+        ),
+        ({"EBPO": [{"metric": "m", "acts_if": "== 1"}]}, r"acts_if must be .* got '== 1'"),
+    ],
+)
+def test_bad_manipulation_checks_are_named_when_the_spec_is_loaded(tmp_path, manipulation, message):
+    with pytest.raises(ValueError, match="sweep spec: .*" + message):
+        parse_spec(write_spec(tmp_path, "unused", manipulation=manipulation))
+
+
+def test_manipulation_checks_compare_the_mean_with_acts_if(tmp_path):
+    checks = {
+        "EBPO": [{"metric": "m", "acts_if": op} for op in ("> 0.01", ">=1e-2", "<-1", "<= .5")]
+    }
+    spec = parse_spec(write_spec(tmp_path, "unused", manipulation=checks))
+    gt, ge, lt, le = spec.manipulation["EBPO"]
+    assert (gt.acted(0.01), ge.acted(0.01), lt.acted(-1.0), le.acted(0.5)) == (
+        False,
+        True,
+        False,
+        True,
+    )
+    assert gt.acted(0.011) and lt.acted(-1.5) and not le.acted(0.51)
+
+
 def test_plan_is_arms_by_group_sizes_by_seeds(tmp_path, tiny_model_dir):
     spec = parse_spec(write_spec(tmp_path, tiny_model_dir, group_sizes=[2, 4]))
     runs = plan(spec)
