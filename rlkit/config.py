@@ -183,6 +183,21 @@ class PPOConfig:
 
 
 @dataclass
+class DPOConfig:
+    """DPO on the policy's own rollouts (``algo.estimator=dpo``; docs/algorithms.md §4d, where
+    each default's source is given)."""
+
+    beta: float = 0.1  # β of the preference loss (TRL's DPOConfig and OnlineDPOConfig)
+    # online: pairs from each step's fresh rollouts; offline: the first step's pairs, from the
+    # starting policy, trained on at every step (nothing generated after the first step)
+    mode: str = "online"
+
+    def __post_init__(self):
+        _positive("dpo.beta", self.beta)
+        _choice("dpo.mode", self.mode, ("online", "offline"))
+
+
+@dataclass
 class AGPOConfig:
     """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
 
@@ -403,6 +418,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     agpo: AGPOConfig = field(default_factory=AGPOConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -681,6 +697,8 @@ def check_combination(cfg: TrainConfig) -> None:
             "parallel.strategy=fsdp2 with algo.estimator=ppo: PPO's value head is saved from "
             "whole weights, which FSDP2 shards; use parallel.strategy=ddp"
         )
+    if cfg.algo.estimator == "dpo":
+        check_dpo(cfg)
     if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
         raise ValueError(
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
@@ -708,6 +726,35 @@ def check_combination(cfg: TrainConfig) -> None:
         )
     if ignored := ignored_settings(cfg):
         raise ValueError(ignored[0])
+
+
+def check_dpo(cfg: TrainConfig) -> None:
+    """The combinations DPO cannot do (docs/algorithms.md §4d), each a ValueError naming them."""
+    refused = [
+        (
+            cfg.agpo.enabled,
+            "agpo.enabled=true",
+            "AGPO's controllers set a clip radius and temperatures for the clipped surrogate, "
+            "which DPO's preference loss replaces",
+            "set agpo.enabled=false",
+        ),
+        (
+            cfg.parallel.strategy == "fsdp2",
+            "parallel.strategy=fsdp2",
+            "DPO trains on one process only (each rank's pairs would differ in number, and "
+            "the ranks' gradient reductions with them)",
+            "run one process",
+        ),
+        (
+            cfg.dpo.mode == "offline" and cfg.rollout.dynamic_sampling,
+            "dpo.mode=offline and rollout.dynamic_sampling=true",
+            "offline DPO replays the first step's groups and generates nothing to refill with",
+            "set rollout.dynamic_sampling=false or dpo.mode=online",
+        ),
+    ]
+    for bad, setting, because, fix in refused:
+        if bad:
+            raise ValueError(f"algo.estimator=dpo with {setting}: {because}; {fix}")
 
 
 def _default(section: Any, name: str) -> Any:
@@ -888,6 +935,23 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             estimator == "ppo" and not cfg.ppo.adaptive_kl,
             "ppo.adaptive_kl=false: β stays at ppo.kl_coef",
             "set ppo.adaptive_kl=true or leave them at their defaults",
+        ),
+        (
+            "dpo",
+            cfg.dpo,
+            tuple(f.name for f in dataclasses.fields(DPOConfig)),
+            estimator != "dpo",
+            f"algo.estimator={estimator}: only DPO has a preference loss",
+            "set algo.estimator=dpo or leave the dpo section out",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("eps_low", "eps_high", "dual_clip", "kl_coef", "loss_agg", "loss_mode", "tis_cap"),
+            estimator == "dpo",
+            "algo.estimator=dpo: its preference loss on sequence log-probs replaces the clipped "
+            "surrogate, its KL term, token aggregation and importance weights (β is dpo.beta)",
+            "leave them at their defaults",
         ),
         (
             "task",

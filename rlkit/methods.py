@@ -15,19 +15,23 @@ returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
-from typing import Protocol
+from dataclasses import asdict, fields, replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch
-from rlkit.config import PPOConfig, TrainConfig
+from rlkit.config import DPOConfig, PPOConfig, TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
+from rlkit.dpo import build_pairs
 from rlkit.losses import kl_divergence
 from rlkit.ppo import AdaptiveKLController, FixedKLController, gae, token_rewards, whiten
 from rlkit.tasks.base import Problem
+
+if TYPE_CHECKING:  # rlkit.update imports this module
+    from rlkit.update import PolicyUpdate
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
 
@@ -89,6 +93,7 @@ class Method:
     needs_step_kl = False  # after_update reads the post-update drift
     needs_values = False  # a value head, and V_old from π_old's pass (PPO)
     needs_reference = False  # the reference pass, whatever loss.kl_coef is (PPO's reward KL)
+    needs_old = True  # the loss reads π_old (DPO's does not)
 
     def __init__(
         self,
@@ -131,6 +136,16 @@ class Method:
         """The batch as the update trains on it, once its passes ran: each row's advantage,
         broadcast over its tokens (PPO: per-token advantages and the value targets)."""
         return batch
+
+    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
+        """The step's update (docs/algorithms.md §4): the clipped surrogate under the clip rule
+        (DPO: its preference loss over the groups' pairs, §4d). Returns the UpdateResult."""
+        return update(batch, self.clip_rule(groups), step)
+
+    def generated_tokens(self, lengths: torch.Tensor) -> int:
+        """The tokens this step generated for training (``tokens/generated``), from every rank's
+        row lengths: all of them (offline DPO: none once it replays its first groups)."""
+        return int(lengths.sum())
 
     def after_update(self, groups: Groups, drift: Callable[[], torch.Tensor]) -> dict:
         """Feedback once the policy is updated (``drift()`` runs the post-update pass)."""
@@ -382,8 +397,101 @@ class PPO(Method):
         self.kl_ctl.load_state_dict(state["kl_ctl"])
 
 
+class DPO(Method):
+    """DPO on the policy's own rollouts (docs/algorithms.md §4d): each prompt's group gives
+    disjoint (better, worse) pairs (``rlkit.dpo.build_pairs``), trained on with the preference
+    loss against the reference pass (the disabled adapter, or the frozen starting weights under
+    ``model.mode=full``). ``online``: the pairs of each step's fresh groups. ``offline``: the
+    first step's groups, drawn from the starting policy, kept (and checkpointed) and trained on
+    at every step; later steps generate nothing (their drawn prompts go unused)."""
+
+    needs_reference = True
+    needs_old = False  # the loss's ratio is to π_ref; π_old's pass runs only for the entropy
+
+    def __init__(
+        self,
+        estimator: AdvantageEstimator,
+        dpo: DPOConfig,
+        tau_base: float = 1.0,
+        dist: Collective | None = None,
+        device: torch.device | str = "cpu",
+    ):
+        super().__init__(estimator, None, tau_base=tau_base)
+        if dist is not None and dist.world > 1:
+            raise ValueError(
+                f"algo.estimator=dpo with {dist.world} processes: DPO trains on one process "
+                "only (each rank's pairs would differ in number, and the ranks' gradient "
+                "reductions with them); run one process"
+            )
+        self.dpo, self.device = dpo, device  # the rollouts' device, for loaded groups
+        self.stored: Groups | None = None  # offline: the first step's groups
+        self.replayed = False  # this step trains on the stored groups
+
+    @property
+    def name(self) -> str:
+        return f"dpo-{self.dpo.mode}"
+
+    def groups(self, problems: list[Problem], sample: Sampler) -> Groups:
+        self.replayed = self.dpo.mode == "offline" and self.stored is not None
+        if self.replayed:
+            return self.stored
+        groups = super().groups(problems, sample)
+        if self.dpo.mode == "offline":
+            self.stored = groups
+        return groups
+
+    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
+        self.pairs = build_pairs(groups.rewards)
+        return update.preference(batch, self.pairs, self.dpo.beta, step)
+
+    def generated_tokens(self, lengths: torch.Tensor) -> int:
+        return 0 if self.replayed else super().generated_tokens(lengths)
+
+    def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        return {
+            "dpo/pairs": len(self.pairs),
+            "dpo/prompts_without_pair": self.pairs.prompts_without_pair,
+            "dpo/replayed": float(self.replayed),
+            "beta": self.dpo.beta,
+        }
+
+    def state_dict(self) -> dict:
+        return super().state_dict() | {
+            "dpo_groups": None if self.stored is None else groups_state(self.stored)
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        saved = state["dpo_groups"]
+        self.stored = None if saved is None else groups_from_state(saved, self.device)
+
+
+def groups_state(groups: Groups) -> dict:
+    """``groups`` as tensors, strings and numbers (the checkpoint loads with weights_only)."""
+    rollouts = {f.name: getattr(groups.rollouts, f.name) for f in fields(groups.rollouts)}
+    tensors = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in rollouts.items()}
+    return {
+        "problems": [asdict(p) for p in groups.problems],
+        "rollouts": tensors,
+        "rewards": groups.rewards,
+        "temperatures": groups.temperatures,
+    }
+
+
+def groups_from_state(state: dict, device: torch.device | str = "cpu") -> Groups:
+    from rlkit.rollout import RolloutBatch
+
+    return Groups(
+        [Problem(**p) for p in state["problems"]],
+        RolloutBatch(**state["rollouts"]).to(device),
+        state["rewards"],
+        state["temperatures"],
+    )
+
+
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
-    """The configured method; the only reader of ``algo.*`` and ``agpo.*``."""
+    """The configured method; the only reader of ``algo.*``, ``agpo.*``, ``ppo.*`` and
+    ``dpo.*``."""
     options = dict(cfg.algo.options)
     if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
         options |= {"dispersion": cfg.agpo.dispersion, "mad_median": cfg.agpo.mad_median}
@@ -397,6 +505,10 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
     if cfg.algo.estimator == "ppo":
         del common["cluster_key"]
         return PPO(**common, ppo=cfg.ppo, dist=dist)
+    if cfg.algo.estimator == "dpo":
+        return DPO(
+            common["estimator"], cfg.dpo, cfg.rollout.temperature, dist, cfg.model.torch_device
+        )
     if not agpo.enabled:
         return Method(**common)
     return AGPO(
