@@ -162,6 +162,23 @@ def test_offline_dpo_replays_the_first_steps_pairs(tmp_path):
     assert trainer.method.stored is not None
 
 
+def test_lora_dpo_references_the_disabled_adapter(tmp_path):
+    """LoRA: π_ref is the policy with its adapter disabled, i.e. the starting policy (B = 0):
+    the first update's loss is log 2, and after it the implicit rewards β(log π_θ − log π_ref)
+    are no longer 0 (a reference that followed the adapter would keep them at 0)."""
+    from rlkit.metrics import read_metrics
+    from rlkit.trainer import Trainer
+
+    trainer = Trainer(dpo_config(tmp_path, "unused", TINY, "model.mode=lora", "optim.lr=1e-3"))
+    assert trainer.passes.reference
+    trainer.train()
+    rows = read_metrics(tmp_path)
+    check_pair_counts(rows, 4)
+    assert rows[1]["loss"] == pytest.approx(math.log(2), rel=1e-6)
+    assert rows[1]["rewards/chosen"] == 0.0
+    assert rows[2]["rewards/chosen"] != 0.0 and rows[2]["rewards/rejected"] != 0.0
+
+
 def test_a_step_without_pairs_logs_and_does_not_update(tmp_path, tiny_model_dir):
     """The random tiny model scores 0 everywhere: no pairs, every prompt counted, no optimizer
     step, the weights unchanged, the pair statistics NaN (logged as null)."""
