@@ -188,13 +188,16 @@ class DPOConfig:
     each default's source is given)."""
 
     beta: float = 0.1  # β of the preference loss (TRL's DPOConfig and OnlineDPOConfig)
-    # online: pairs from each step's fresh rollouts; offline: the first step's pairs, from the
-    # starting policy, trained on at every step (nothing generated after the first step)
+    # online: pairs from each step's fresh rollouts; offline: pairs collected at the first step
+    # from the starting policy over offline_batches batches of prompts (0: one per step, the
+    # prompts and the generation an online run has), step k training on batch k mod that
     mode: str = "online"
+    offline_batches: int = 0
 
     def __post_init__(self):
         _positive("dpo.beta", self.beta)
         _choice("dpo.mode", self.mode, ("online", "offline"))
+        _positive("dpo.offline_batches", self.offline_batches, strict=False)
 
 
 @dataclass
@@ -748,7 +751,8 @@ def check_dpo(cfg: TrainConfig) -> None:
         (
             cfg.dpo.mode == "offline" and cfg.rollout.dynamic_sampling,
             "dpo.mode=offline and rollout.dynamic_sampling=true",
-            "offline DPO replays the first step's groups and generates nothing to refill with",
+            "offline DPO replays the groups it collected at the first step and generates "
+            "nothing to refill with",
             "set rollout.dynamic_sampling=false or dpo.mode=online",
         ),
     ]
@@ -943,6 +947,14 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             estimator != "dpo",
             f"algo.estimator={estimator}: only DPO has a preference loss",
             "set algo.estimator=dpo or leave the dpo section out",
+        ),
+        (
+            "dpo",
+            cfg.dpo,
+            ("offline_batches",),
+            estimator == "dpo" and cfg.dpo.mode == "online",
+            "dpo.mode=online: every step's pairs are fresh",
+            "set dpo.mode=offline or leave it at its default",
         ),
         (
             "loss",

@@ -50,6 +50,9 @@ class Sampler(Protocol):
 
     def cat(self, parts: Sequence[Groups]) -> Groups: ...
 
+    # for offline DPO only: this rank's share of the next batch of prompts in the run's order
+    def next_problems(self) -> list[Problem]: ...
+
 
 class ClipRule(Protocol):
     """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
@@ -401,9 +404,11 @@ class DPO(Method):
     """DPO on the policy's own rollouts (docs/algorithms.md §4d): each prompt's group gives
     disjoint (better, worse) pairs (``rlkit.dpo.build_pairs``), trained on with the preference
     loss against the reference pass (the disabled adapter, or the frozen starting weights under
-    ``model.mode=full``). ``online``: the pairs of each step's fresh groups. ``offline``: the
-    first step's groups, drawn from the starting policy, kept (and checkpointed) and trained on
-    at every step; later steps generate nothing (their drawn prompts go unused)."""
+    ``model.mode=full``). ``online``: the pairs of each step's fresh groups. ``offline``: at the
+    first step, ``offline_batches`` batches of groups drawn from the starting policy (the step's
+    own prompts and the next ones in the run's order), kept on the CPU (and checkpointed); step
+    k trains on batch (k − 1) mod ``offline_batches``, and later steps generate nothing (their
+    drawn prompts go unused)."""
 
     needs_reference = True
     needs_old = False  # the loss's ratio is to π_ref; π_old's pass runs only for the entropy
@@ -412,6 +417,7 @@ class DPO(Method):
         self,
         estimator: AdvantageEstimator,
         dpo: DPOConfig,
+        offline_batches: int = 1,
         tau_base: float = 1.0,
         dist: Collective | None = None,
         device: torch.device | str = "cpu",
@@ -423,47 +429,58 @@ class DPO(Method):
                 "only (each rank's pairs would differ in number, and the ranks' gradient "
                 "reductions with them); run one process"
             )
-        self.dpo, self.device = dpo, device  # the rollouts' device, for loaded groups
-        self.stored: Groups | None = None  # offline: the first step's groups
-        self.replayed = False  # this step trains on the stored groups
+        self.dpo, self.offline_batches = dpo, offline_batches
+        self.device = device  # the rollouts' device
+        self.stored: list[Groups] = []  # offline: the batches collected at the first step
+        self.position = 0  # offline: the steps drawn so far
+        self.fresh_tokens = 0  # offline: the tokens this step generated
 
     @property
     def name(self) -> str:
         return f"dpo-{self.dpo.mode}"
 
     def groups(self, problems: list[Problem], sample: Sampler) -> Groups:
-        self.replayed = self.dpo.mode == "offline" and self.stored is not None
-        if self.replayed:
-            return self.stored
-        groups = super().groups(problems, sample)
-        if self.dpo.mode == "offline":
-            self.stored = groups
-        return groups
+        if self.dpo.mode == "online":
+            return super().groups(problems, sample)
+        self.fresh_tokens = 0
+        if not self.stored:  # the first step: the whole offline set, from the starting policy
+            batches = [problems]
+            batches += [sample.next_problems() for _ in range(self.offline_batches - 1)]
+            self.stored = [super(DPO, self).groups(b, sample).to("cpu") for b in batches]
+            self.fresh_tokens = sum(int(g.rollouts.lengths.sum()) for g in self.stored)
+        groups = self.stored[self.position % len(self.stored)]
+        self.position += 1
+        return groups.to(self.device)
 
     def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
         self.pairs = build_pairs(groups.rewards)
         return update.preference(batch, self.pairs, self.dpo.beta, step)
 
     def generated_tokens(self, lengths: torch.Tensor) -> int:
-        return 0 if self.replayed else super().generated_tokens(lengths)
+        """Online: the step's rows. Offline: every collected batch's at the first step, then 0."""
+        if self.dpo.mode == "online":
+            return super().generated_tokens(lengths)
+        return self.fresh_tokens
 
     def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        replayed = self.dpo.mode == "offline" and self.position > 1
         return {
             "dpo/pairs": len(self.pairs),
             "dpo/prompts_without_pair": self.pairs.prompts_without_pair,
-            "dpo/replayed": float(self.replayed),
+            "dpo/replayed": float(replayed),
             "beta": self.dpo.beta,
         }
 
     def state_dict(self) -> dict:
         return super().state_dict() | {
-            "dpo_groups": None if self.stored is None else groups_state(self.stored)
+            "dpo_groups": [groups_state(g) for g in self.stored],
+            "dpo_position": self.position,
         }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        saved = state["dpo_groups"]
-        self.stored = None if saved is None else groups_from_state(saved, self.device)
+        self.stored = [groups_from_state(g) for g in state["dpo_groups"]]
+        self.position = state["dpo_position"]
 
 
 def groups_state(groups: Groups) -> dict:
@@ -478,12 +495,12 @@ def groups_state(groups: Groups) -> dict:
     }
 
 
-def groups_from_state(state: dict, device: torch.device | str = "cpu") -> Groups:
+def groups_from_state(state: dict) -> Groups:
     from rlkit.rollout import RolloutBatch
 
     return Groups(
         [Problem(**p) for p in state["problems"]],
-        RolloutBatch(**state["rollouts"]).to(device),
+        RolloutBatch(**state["rollouts"]),
         state["rewards"],
         state["temperatures"],
     )
@@ -506,8 +523,14 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
         del common["cluster_key"]
         return PPO(**common, ppo=cfg.ppo, dist=dist)
     if cfg.algo.estimator == "dpo":
+        offline_batches = cfg.dpo.offline_batches or cfg.steps
         return DPO(
-            common["estimator"], cfg.dpo, cfg.rollout.temperature, dist, cfg.model.torch_device
+            common["estimator"],
+            cfg.dpo,
+            offline_batches,
+            cfg.rollout.temperature,
+            dist,
+            cfg.model.torch_device,
         )
     if not agpo.enabled:
         return Method(**common)

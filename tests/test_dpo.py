@@ -142,24 +142,40 @@ def test_online_dpo_trains_from_the_cli(tmp_path):
     assert generated[0] < generated[1] < generated[2]
 
 
-def test_offline_dpo_replays_the_first_steps_pairs(tmp_path):
-    """Offline: the first step's groups (from the starting policy) are trained on at every step;
-    nothing is generated after it, so tokens/generated stays at the first step's count."""
+def test_offline_dpo_collects_once_from_the_starting_policy(tmp_path):
+    """Offline: the first step draws ``offline_batches`` batches from the starting policy (its
+    own prompts and the next ones) and counts all their tokens; later steps generate nothing and
+    train on the stored batches in turn (step 3 on step 1's again, with two)."""
     from rlkit.metrics import read_metrics
     from rlkit.trainer import Trainer
 
-    cfg = dpo_config(tmp_path, "unused", TINY, "dpo.mode=offline", "steps=3")
-    trainer = Trainer(cfg)
+    overrides = ("dpo.mode=offline", "dpo.offline_batches=2", "steps=3")
+    trainer = Trainer(dpo_config(tmp_path, "unused", TINY, *overrides))
     trainer.train()
     rows = read_metrics(tmp_path)
     check_pair_counts(rows, 4)
     steps = rows[1:]
+    stored = trainer.method.stored
+    assert len(stored) == 2 and [g.rollouts.input_ids.device.type for g in stored] == ["cpu"] * 2
+    collected = sum(int(g.rollouts.lengths.sum()) for g in stored)
+    assert [r["tokens/generated"] for r in steps] == [collected] * 3
     assert [r["dpo/replayed"] for r in steps] == [0.0, 1.0, 1.0]
-    for key in ("tokens/generated", "reward", "dpo/pairs", "dpo/prompts_without_pair"):
-        assert len({r[key] for r in steps}) == 1, key
-    margins = [r["rewards/margins"] for r in steps]
-    assert margins[0] == 0.0 and margins[1] < margins[2]  # the same pairs, pushed apart
-    assert trainer.method.stored is not None
+    for key in ("reward", "dpo/pairs", "dpo/prompts_without_pair", "completions/mean_length"):
+        assert steps[2][key] == steps[0][key], key
+    first = [p.id for p in stored[0].problems]
+    assert first != [p.id for p in stored[1].problems]
+    assert steps[0]["rewards/margins"] == 0.0 and steps[2]["rewards/margins"] > 0.0
+
+
+def test_offline_dpo_collects_one_batch_per_step_by_default(tmp_path):
+    """``dpo.offline_batches=0`` (the default): one batch per training step, so the offline run
+    draws the prompts an online run trains on and generates as many completions, all from the
+    starting policy at the first step."""
+    from rlkit.trainer import Trainer
+
+    trainer = Trainer(dpo_config(tmp_path, "unused", TINY, "dpo.mode=offline", "steps=3"))
+    trainer.step()
+    assert len(trainer.method.stored) == 3
 
 
 def test_lora_dpo_references_the_disabled_adapter(tmp_path):
@@ -222,7 +238,7 @@ def test_update_log_probs_are_the_completions_summed_tokens(tmp_path):
 @pytest.mark.parametrize("mode", ["online", "offline"])
 def test_dpo_resume_continues_the_identical_run(tmp_path, mode):
     """Interrupted after the step-2 checkpoint and resumed: the metrics equal the uninterrupted
-    run's exactly; offline, the checkpoint holds the first step's groups."""
+    run's exactly; offline, the checkpoint holds the groups collected at the first step."""
     from test_trainer import CrashAfter, without_timings
 
     from rlkit.checkpoint import load_checkpoint
@@ -236,7 +252,7 @@ def test_dpo_resume_continues_the_identical_run(tmp_path, mode):
     with pytest.raises(KeyboardInterrupt):
         CrashAfter(interrupted).train()
     saved = load_checkpoint(tmp_path / "resumed").state["dpo_groups"]
-    assert (saved is None) == (mode == "online")
+    assert len(saved) == (5 if mode == "offline" else 0)
     Trainer(interrupted, resume=True).train()
     expected = without_timings(read_metrics(tmp_path / "straight"))
     assert without_timings(read_metrics(tmp_path / "resumed")) == expected
@@ -260,6 +276,8 @@ def test_dpo_runs_no_old_pass_unless_entropy_is_logged(tmp_path, tiny_model_dir)
     [
         (("dpo.beta=0",), "dpo.beta"),
         (("dpo.mode=replay",), "dpo.mode"),
+        (("dpo.offline_batches=-1",), "dpo.offline_batches"),
+        (("dpo.offline_batches=4",), "dpo.offline_batches"),  # online: nothing is collected
         (("algo.estimator=grpo", "dpo.beta=0.2"), "dpo.beta"),  # not DPO
         (("algo.estimator=grpo", "dpo.mode=offline"), "dpo.mode"),
         (("loss.eps_high=0.28",), "loss.eps_high"),
