@@ -2,12 +2,14 @@
 
 A :class:`Method` answers, for one step: how its groups are drawn (``groups``, given the
 sampler), the advantages (``advantages``, the registry's estimator), the clip rule (``clip_rule``),
-what happens after the update (``after_update``), its own logged signals (``metrics``) and its
-state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
+the update it runs (``train``), the tokens it generated (``generated_tokens``), what happens after
+the update (``after_update``), its own logged signals (``metrics``) and its state
+(``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
 their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
 the steps of docs/algorithms.md §3; :class:`PPO` adds a value head and per-token advantages
-(``token_advantages``, §4c). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*`` and
-``ppo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
+(``token_advantages``, §4c); :class:`DPO` trains on preference pairs of each group, fresh or
+collected once (§4d). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*``,
+``ppo.*`` and ``dpo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
 returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 ``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
 """

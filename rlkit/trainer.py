@@ -8,7 +8,7 @@
 3. the batch to train on with its passes (``rlkit.logprobs``): π_old and the reference, each
    only when needed (:class:`~rlkit.logprobs.PassPlan`);
 4. μ update epochs over mini-batches with gradient accumulation, the clip radius from the
-   method's rule (``rlkit.update``);
+   method's rule (``rlkit.update``; DPO: its preference loss over each group's pairs);
 5. the method's feedback after the update (AGPO's step KL);
 6. metrics (``rlkit.step_metrics``); periodic evaluation and atomic checkpoints in :meth:`train`.
 
