@@ -755,6 +755,12 @@ def check_dpo(cfg: TrainConfig) -> None:
             "nothing to refill with",
             "set rollout.dynamic_sampling=false or dpo.mode=online",
         ),
+        (
+            cfg.dpo.mode == "offline" and bool(cfg.task.shift),
+            "dpo.mode=offline and task.shift",
+            "offline DPO collects its prompts at the first step, before the shift",
+            "leave task.shift out or set dpo.mode=online",
+        ),
     ]
     for bad, setting, because, fix in refused:
         if bad:

@@ -289,6 +289,7 @@ def test_dpo_runs_no_old_pass_unless_entropy_is_logged(tmp_path, tiny_model_dir)
         (("agpo.enabled=true",), "agpo.enabled"),
         (("parallel.strategy=fsdp2",), "parallel.strategy"),
         (("dpo.mode=offline", "rollout.dynamic_sampling=true"), "rollout.dynamic_sampling"),
+        (("dpo.mode=offline", "task.shift={step: 1, arithmetic: {topics: [mul]}}"), "shift"),
         (("dpo.bogus=1",), "dpo.bogus"),
     ],
 )
