@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rlkit.dpo import pair_roles
 from rlkit.stats import RunningMoments, check_dispersion, dispersion, group_std
 
 ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
@@ -202,6 +203,16 @@ class PPOReward(AdvantageEstimator):
 
     def compute(self, rewards, cluster_ids):
         return rewards.clone(), {}
+
+
+@register("dpo")
+class DPOPairRoles(AdvantageEstimator):
+    """DPO's per-row input: +1 for a chosen completion, −1 for a rejected one, 0 for one in no
+    pair (``rlkit.dpo.pair_roles``); ``rlkit.methods.DPO`` trains on the pairs themselves with the
+    preference loss (docs/algorithms.md §4d)."""
+
+    def compute(self, rewards, cluster_ids):
+        return pair_roles(rewards), {}
 
 
 @register("rloo")

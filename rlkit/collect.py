@@ -65,6 +65,7 @@ class Collector:
         # the dequantized base HF sampling runs over, None: the training weights
         self.generation_copy = generation_copy
         self.probe_tokens = self.reward_failures = 0  # this draw's
+        self.prompts: PromptSampler | None = None  # the sampler this draw takes prompts from
 
     @classmethod
     def from_config(
@@ -167,10 +168,16 @@ class Collector:
     def cat(self, parts: Sequence[Groups]) -> Groups:
         return Groups.cat(parts, self.policy.tokenizer.pad_token_id)
 
+    def next_problems(self) -> list[Problem]:
+        """This rank's share of the next P prompts of the sampler ``draw`` is drawing from
+        (offline DPO collects ahead of the steps, docs/algorithms.md §4d)."""
+        return self.dist.shard(self.prompts.next_batch(self.cfg.num_prompts))
+
     def draw(self, prompts: PromptSampler, method) -> tuple[Groups, CollectStats]:
         """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``);
         with several processes, this rank's share of them (the counts are the global ones)."""
         ro, dist = self.cfg, self.dist
+        self.prompts = prompts
         parts, dropped, batches = [], 0, 0
         self.probe_tokens = self.reward_failures = 0
         while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):

@@ -183,6 +183,24 @@ class PPOConfig:
 
 
 @dataclass
+class DPOConfig:
+    """DPO on the policy's own rollouts (``algo.estimator=dpo``; docs/algorithms.md §4d, where
+    each default's source is given)."""
+
+    beta: float = 0.1  # β of the preference loss (TRL's DPOConfig and OnlineDPOConfig)
+    # online: pairs from each step's fresh rollouts; offline: pairs collected at the first step
+    # from the starting policy over offline_batches batches of prompts (0: one per step, the
+    # prompts and the generation an online run has), step k training on batch k mod that
+    mode: str = "online"
+    offline_batches: int = 0
+
+    def __post_init__(self):
+        _positive("dpo.beta", self.beta)
+        _choice("dpo.mode", self.mode, ("online", "offline"))
+        _positive("dpo.offline_batches", self.offline_batches, strict=False)
+
+
+@dataclass
 class AGPOConfig:
     """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
 
@@ -409,6 +427,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     agpo: AGPOConfig = field(default_factory=AGPOConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -687,6 +706,8 @@ def check_combination(cfg: TrainConfig) -> None:
             "parallel.strategy=fsdp2 with algo.estimator=ppo: PPO's value head is saved from "
             "whole weights, which FSDP2 shards; use parallel.strategy=ddp"
         )
+    if cfg.algo.estimator == "dpo":
+        check_dpo(cfg)
     if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
         raise ValueError(
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
@@ -716,6 +737,42 @@ def check_combination(cfg: TrainConfig) -> None:
         )
     if ignored := ignored_settings(cfg):
         raise ValueError(ignored[0])
+
+
+def check_dpo(cfg: TrainConfig) -> None:
+    """The combinations DPO cannot do (docs/algorithms.md §4d), each a ValueError naming them."""
+    refused = [
+        (
+            cfg.agpo.enabled,
+            "agpo.enabled=true",
+            "AGPO's controllers set a clip radius and temperatures for the clipped surrogate, "
+            "which DPO's preference loss replaces",
+            "set agpo.enabled=false",
+        ),
+        (
+            cfg.parallel.strategy == "fsdp2",
+            "parallel.strategy=fsdp2",
+            "DPO trains on one process only (each rank's pairs would differ in number, and "
+            "the ranks' gradient reductions with them)",
+            "run one process",
+        ),
+        (
+            cfg.dpo.mode == "offline" and cfg.rollout.dynamic_sampling,
+            "dpo.mode=offline and rollout.dynamic_sampling=true",
+            "offline DPO replays the groups it collected at the first step and generates "
+            "nothing to refill with",
+            "set rollout.dynamic_sampling=false or dpo.mode=online",
+        ),
+        (
+            cfg.dpo.mode == "offline" and bool(cfg.task.shift),
+            "dpo.mode=offline and task.shift",
+            "offline DPO collects its prompts at the first step, before the shift",
+            "leave task.shift out or set dpo.mode=online",
+        ),
+    ]
+    for bad, setting, because, fix in refused:
+        if bad:
+            raise ValueError(f"algo.estimator=dpo with {setting}: {because}; {fix}")
 
 
 def _default(section: Any, name: str) -> Any:
@@ -913,6 +970,31 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             estimator == "ppo" and not cfg.ppo.adaptive_kl,
             "ppo.adaptive_kl=false: β stays at ppo.kl_coef",
             "set ppo.adaptive_kl=true or leave them at their defaults",
+        ),
+        (
+            "dpo",
+            cfg.dpo,
+            tuple(f.name for f in dataclasses.fields(DPOConfig)),
+            estimator != "dpo",
+            f"algo.estimator={estimator}: only DPO has a preference loss",
+            "set algo.estimator=dpo or leave the dpo section out",
+        ),
+        (
+            "dpo",
+            cfg.dpo,
+            ("offline_batches",),
+            estimator == "dpo" and cfg.dpo.mode == "online",
+            "dpo.mode=online: every step's pairs are fresh",
+            "set dpo.mode=offline or leave it at its default",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("eps_low", "eps_high", "dual_clip", "kl_coef", "loss_agg", "loss_mode", "tis_cap"),
+            estimator == "dpo",
+            "algo.estimator=dpo: its preference loss on sequence log-probs replaces the clipped "
+            "surrogate, its KL term, token aggregation and importance weights (β is dpo.beta)",
+            "leave them at their defaults",
         ),
         (
             "task",

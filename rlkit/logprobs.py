@@ -337,6 +337,7 @@ class PassPlan:
     is logged). ``clip_needs_entropy``: the clip radius depends on the pre-update entropy (AGPO's
     adaptive clip). ``step_kl``: the method reads the drift after the update (AGPO).
     ``values``: π_old's pass also gives the value head's V_old (PPO), so it always runs.
+    ``old``: the loss reads π_old (not DPO's, whose pass then runs only for the logged entropy).
     ``inactive_clips``: the clip settings chosen that cannot act (docs/algorithms.md §4).
     """
 
@@ -346,6 +347,7 @@ class PassPlan:
     clip_needs_entropy: bool
     step_kl: bool
     values: bool
+    old: bool
     mode_free_forward: bool
     update_epochs: int
     mini_batch_size: int
@@ -355,7 +357,7 @@ class PassPlan:
     @classmethod
     def from_config(cls, cfg: TrainConfig, method) -> PassPlan:
         """``method`` declares ``needs_entropy``, ``clip_needs_entropy``, ``needs_step_kl``,
-        ``needs_values`` and ``needs_reference``.
+        ``needs_values``, ``needs_reference`` and ``needs_old``.
         Until :meth:`for_model` has seen the policy, π_old's pass is never skipped."""
         opt = cfg.optim
         skip = opt.skip_redundant_passes
@@ -366,6 +368,7 @@ class PassPlan:
             clip_needs_entropy=method.clip_needs_entropy,
             step_kl=method.needs_step_kl,
             values=method.needs_values,
+            old=method.needs_old,
             mode_free_forward=False,
             update_epochs=opt.update_epochs,
             mini_batch_size=opt.mini_batch_size,
@@ -401,6 +404,8 @@ class PassPlan:
 
         if self.values:  # GAE needs V_old before the update starts (PPO)
             return False
+        if not self.old:  # DPO: the pass only gives the pre-update entropy for the log
+            return not self.entropy
         if not (self.mode_free_forward and self.update_epochs == 1 and whole(self.mini_batch_size)):
             return False
         return not self.clip_needs_entropy or whole(self.micro_batch_size)

@@ -2,12 +2,14 @@
 
 A :class:`Method` answers, for one step: how its groups are drawn (``groups``, given the
 sampler), the advantages (``advantages``, the registry's estimator), the clip rule (``clip_rule``),
-what happens after the update (``after_update``), its own logged signals (``metrics``) and its
-state (``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
+the update it runs (``train``), the tokens it generated (``generated_tokens``), what happens after
+the update (``after_update``), its own logged signals (``metrics``) and its state
+(``state_dict``, under the checkpoint's keys). GRPO, Dr. GRPO, RLOO and EBPO differ only in
 their estimator, so they are one class; :class:`AGPO` adds the controllers, its body written as
 the steps of docs/algorithms.md §3; :class:`PPO` adds a value head and per-token advantages
-(``token_advantages``, §4c). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*`` and
-``ppo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
+(``token_advantages``, §4c); :class:`DPO` trains on preference pairs of each group, fresh or
+collected once (§4d). :func:`build_method` is the only reader of ``algo.*``, ``agpo.*``,
+``ppo.*`` and ``dpo.*``. A sampler is any callable ``sample(problems, temperatures, stats=None, probe=False)``
 returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 ``rlkit.collect.Collector`` or the bandit of simulations/experiments.py.
 """
@@ -15,19 +17,23 @@ returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
-from typing import Protocol
+from dataclasses import asdict, fields, replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch
-from rlkit.config import PPOConfig, TrainConfig
+from rlkit.config import DPOConfig, PPOConfig, TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
+from rlkit.dpo import build_pairs
 from rlkit.losses import kl_divergence
 from rlkit.ppo import AdaptiveKLController, FixedKLController, gae, token_rewards, whiten
 from rlkit.tasks.base import Problem
+
+if TYPE_CHECKING:  # rlkit.update imports this module
+    from rlkit.update import PolicyUpdate
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
 
@@ -45,6 +51,9 @@ class Sampler(Protocol):
     def trained_probe(self, groups: Groups) -> Groups: ...
 
     def cat(self, parts: Sequence[Groups]) -> Groups: ...
+
+    # for offline DPO only: this rank's share of the next batch of prompts in the run's order
+    def next_problems(self) -> list[Problem]: ...
 
 
 class ClipRule(Protocol):
@@ -89,6 +98,7 @@ class Method:
     needs_step_kl = False  # after_update reads the post-update drift
     needs_values = False  # a value head, and V_old from π_old's pass (PPO)
     needs_reference = False  # the reference pass, whatever loss.kl_coef is (PPO's reward KL)
+    needs_old = True  # the loss reads π_old (DPO's does not)
 
     def __init__(
         self,
@@ -131,6 +141,16 @@ class Method:
         """The batch as the update trains on it, once its passes ran: each row's advantage,
         broadcast over its tokens (PPO: per-token advantages and the value targets)."""
         return batch
+
+    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
+        """The step's update (docs/algorithms.md §4): the clipped surrogate under the clip rule
+        (DPO: its preference loss over the groups' pairs, §4d). Returns the UpdateResult."""
+        return update(batch, self.clip_rule(groups), step)
+
+    def generated_tokens(self, lengths: torch.Tensor) -> int:
+        """The tokens this step generated for training (``tokens/generated``), from every rank's
+        row lengths: all of them (offline DPO: none once it replays its first groups)."""
+        return int(lengths.sum())
 
     def after_update(self, groups: Groups, drift: Callable[[], torch.Tensor]) -> dict:
         """Feedback once the policy is updated (``drift()`` runs the post-update pass)."""
@@ -382,8 +402,115 @@ class PPO(Method):
         self.kl_ctl.load_state_dict(state["kl_ctl"])
 
 
+class DPO(Method):
+    """DPO on the policy's own rollouts (docs/algorithms.md §4d): each prompt's group gives
+    disjoint (better, worse) pairs (``rlkit.dpo.build_pairs``), trained on with the preference
+    loss against the reference pass (the disabled adapter, or the frozen starting weights under
+    ``model.mode=full``). ``online``: the pairs of each step's fresh groups. ``offline``: at the
+    first step, ``offline_batches`` batches of groups drawn from the starting policy (the step's
+    own prompts and the next ones in the run's order), kept on the CPU (and checkpointed); step
+    k trains on batch (k − 1) mod ``offline_batches``, and later steps generate nothing (their
+    drawn prompts go unused)."""
+
+    needs_reference = True
+    needs_old = False  # the loss's ratio is to π_ref; π_old's pass runs only for the entropy
+
+    def __init__(
+        self,
+        estimator: AdvantageEstimator,
+        dpo: DPOConfig,
+        offline_batches: int = 1,
+        tau_base: float = 1.0,
+        dist: Collective | None = None,
+        device: torch.device | str = "cpu",
+    ):
+        super().__init__(estimator, None, tau_base=tau_base)
+        if dist is not None and dist.world > 1:
+            raise ValueError(
+                f"algo.estimator=dpo with {dist.world} processes: DPO trains on one process "
+                "only (each rank's pairs would differ in number, and the ranks' gradient "
+                "reductions with them); run one process"
+            )
+        self.dpo, self.offline_batches = dpo, offline_batches
+        self.device = device  # the rollouts' device
+        self.stored: list[Groups] = []  # offline: the batches collected at the first step
+        self.position = 0  # offline: the steps drawn so far
+        self.fresh_tokens = 0  # offline: the tokens this step generated
+
+    @property
+    def name(self) -> str:
+        return f"dpo-{self.dpo.mode}"
+
+    def groups(self, problems: list[Problem], sample: Sampler) -> Groups:
+        if self.dpo.mode == "online":
+            return super().groups(problems, sample)
+        self.fresh_tokens = 0
+        if not self.stored:  # the first step: the whole offline set, from the starting policy
+            batches = [problems]
+            batches += [sample.next_problems() for _ in range(self.offline_batches - 1)]
+            self.stored = [super(DPO, self).groups(b, sample).to("cpu") for b in batches]
+            self.fresh_tokens = sum(int(g.rollouts.lengths.sum()) for g in self.stored)
+        groups = self.stored[self.position % len(self.stored)]
+        self.position += 1
+        return groups.to(self.device)
+
+    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
+        self.pairs = build_pairs(groups.rewards)
+        return update.preference(batch, self.pairs, self.dpo.beta, step)
+
+    def generated_tokens(self, lengths: torch.Tensor) -> int:
+        """Online: the step's rows. Offline: every collected batch's at the first step, then 0."""
+        if self.dpo.mode == "online":
+            return super().generated_tokens(lengths)
+        return self.fresh_tokens
+
+    def metrics(self, groups: Groups, old: PolicyPass) -> dict:
+        replayed = self.dpo.mode == "offline" and self.position > 1
+        return {
+            "dpo/pairs": len(self.pairs),
+            "dpo/prompts_without_pair": self.pairs.prompts_without_pair,
+            "dpo/replayed": float(replayed),
+            "beta": self.dpo.beta,
+        }
+
+    def state_dict(self) -> dict:
+        return super().state_dict() | {
+            "dpo_groups": [groups_state(g) for g in self.stored],
+            "dpo_position": self.position,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.stored = [groups_from_state(g) for g in state["dpo_groups"]]
+        self.position = state["dpo_position"]
+
+
+def groups_state(groups: Groups) -> dict:
+    """``groups`` as tensors, strings and numbers (the checkpoint loads with weights_only)."""
+    rollouts = {f.name: getattr(groups.rollouts, f.name) for f in fields(groups.rollouts)}
+    tensors = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in rollouts.items()}
+    return {
+        "problems": [asdict(p) for p in groups.problems],
+        "rollouts": tensors,
+        "rewards": groups.rewards,
+        "temperatures": groups.temperatures,
+    }
+
+
+def groups_from_state(state: dict) -> Groups:
+    from rlkit.rollout import RolloutBatch
+
+    return Groups(
+        [Problem(**p) for p in state["problems"]],
+        RolloutBatch(**state["rollouts"]),
+        state["rewards"],
+        state["temperatures"],
+    )
+
+
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
-    """The configured method; the only reader of ``algo.*`` and ``agpo.*``."""
+    """The configured method; the only reader of ``algo.*``, ``agpo.*``, ``ppo.*`` and
+    ``dpo.*``."""
     options = dict(cfg.algo.options)
     if cfg.algo.estimator == "agpo":  # one setting for the probe and the advantage
         options |= {"dispersion": cfg.agpo.dispersion, "mad_median": cfg.agpo.mad_median}
@@ -397,6 +524,16 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
     if cfg.algo.estimator == "ppo":
         del common["cluster_key"]
         return PPO(**common, ppo=cfg.ppo, dist=dist)
+    if cfg.algo.estimator == "dpo":
+        offline_batches = cfg.dpo.offline_batches or cfg.steps
+        return DPO(
+            common["estimator"],
+            cfg.dpo,
+            offline_batches,
+            cfg.rollout.temperature,
+            dist,
+            cfg.model.torch_device,
+        )
     if not agpo.enabled:
         return Method(**common)
     return AGPO(

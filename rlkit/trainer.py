@@ -8,7 +8,7 @@
 3. the batch to train on with its passes (``rlkit.logprobs``): π_old and the reference, each
    only when needed (:class:`~rlkit.logprobs.PassPlan`);
 4. μ update epochs over mini-batches with gradient accumulation, the clip radius from the
-   method's rule (``rlkit.update``);
+   method's rule (``rlkit.update``; DPO: its preference loss over each group's pairs);
 5. the method's feedback after the update (AGPO's step KL);
 6. metrics (``rlkit.step_metrics``); periodic evaluation and atomic checkpoints in :meth:`train`.
 
@@ -259,13 +259,13 @@ class Trainer:
             batch = self.train_batch(groups, self.dist.my_rows(adv.advantages))  # π_old, π_ref
             batch = self.method.token_advantages(batch)  # PPO: GAE over V_old (§4c)
             lr = self.update.lr  # this step's; the update steps the scheduler
-            result = self.update(batch, self.method.clip_rule(groups), self.step_count)  # §4
+            result = self.method.train(self.update, batch, groups, self.step_count)  # §4, §4d
             drift = partial(self.update.drift, batch, result.old, self.step_count)
             after = self.method.after_update(groups, drift)  # §3 step 5: the post-update pass
             signals = self.method.metrics(groups, result.old) | after
         rows = self.batch_rows(groups, result.old)  # the whole batch's, on every rank
         self.step_count += 1
-        self.tokens["tokens_generated"] += int(rows.lengths.sum())
+        self.tokens["tokens_generated"] += self.method.generated_tokens(rows.lengths)
         self.tokens["tokens_probe"] += drawn.probe_tokens
         return step_metrics(
             StepRecord(

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
 from rlkit.config import TrainConfig
 from rlkit.dist import Collective
+from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.losses import (
     ENTROPY_MECH_METRICS,
@@ -197,7 +198,6 @@ class PolicyUpdate:
                 f"loss.tis_cap={cfg.loss.tis_cap} is on, but the rollouts carry no sampler "
                 f"log-probs (rollout.engine={cfg.rollout.engine})"
             )
-        params = self.policy.trainable_parameters()
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
         keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
         critic = batch.returns is not None  # PPO's value head trains with the policy (§4c)
@@ -276,24 +276,13 @@ class PolicyUpdate:
                         loss.backward()
                         loss_total += loss.item()
                         parts.append((weight, clipped, kl, cov, shares))
-                    loss_total = float(
-                        self.dist.all_reduce_sum(torch.tensor(loss_total, dtype=torch.float64))
-                    )
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, opt.max_grad_norm)
-                    if not (math.isfinite(loss_total) and torch.isfinite(grad_norm)):
-                        self.optimizer.zero_grad(set_to_none=True)
-                        self.guard.skip(step, loss_total, float(grad_norm))
-                        continue
-                    self.optimizer.step()
                     last = epoch == opt.update_epochs - 1 and start + mini >= rows
                     # the post-update pass (AGPO's step KL) runs every row through the final
                     # weights next and checks their log-probs, so the last one-row probe would
                     # repeat it
-                    self.check_finite(step, batch, None if last and self.plan.step_kl else mb[:1])
-                    self.guard.consecutive = 0
-                    means.steps += 1
-                    means.add("loss", loss_total)
-                    means.add("grad_norm", float(grad_norm))
+                    probe = None if last and self.plan.step_kl else mb[:1]
+                    if not self.optimizer_step(step, loss_total, batch, probe, means):
+                        continue
                     for weight, clipped, kl, cov, shares in parts:
                         w = float(weight)
                         for key, value in cov.items():
@@ -312,6 +301,84 @@ class PolicyUpdate:
         if self.tis_cap is not None:
             stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.tis_cap)
         return UpdateResult(stats, old)
+
+    def optimizer_step(
+        self,
+        step: int,
+        loss: float,
+        batch: TrainBatch,
+        probe: torch.Tensor | None,
+        means: StepMeans,
+    ) -> bool:
+        """One mini-batch's optimizer step once its micro-batches' gradients are in: the loss
+        summed over the ranks, the gradient clipped; a non-finite loss or gradient skips the step
+        (False, :class:`NonFiniteGuard`); else the step, the finite check on the rows ``probe``,
+        and ``loss`` and ``grad_norm`` added to ``means``."""
+        loss = float(self.dist.all_reduce_sum(torch.tensor(loss, dtype=torch.float64)))
+        params = self.policy.trainable_parameters()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.max_grad_norm)
+        if not (math.isfinite(loss) and torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.guard.skip(step, loss, float(grad_norm))
+            return False
+        self.optimizer.step()
+        self.check_finite(step, batch, probe)
+        self.guard.consecutive = 0
+        means.steps += 1
+        means.add("loss", loss)
+        means.add("grad_norm", float(grad_norm))
+        return True
+
+    def preference(self, batch: TrainBatch, pairs: Pairs, beta: float, step: int) -> UpdateResult:
+        """DPO's update (docs/algorithms.md §4d): μ epochs over mini-batches of pairs,
+        ``optim.mini_batch_size // 2`` pairs per optimizer step (0: every pair) and
+        ``optim.micro_batch_size // 2`` per forward (0: the mini-batch), each mini-batch's loss
+        the mean of eq. 4d.1 over its pairs. Sequence log-probs sum the completion's real tokens
+        at the ratio temperature, the reference's from ``batch.ref_logp``. A step without pairs
+        updates nothing (the schedule still steps) and logs NaN pair statistics. One process."""
+        opt = self.cfg.optim
+        k = len(pairs)
+        mini = opt.mini_batch_size // 2 or k
+        micro = opt.micro_batch_size // 2 or mini
+        mini, micro = max(mini, 1), max(min(micro, mini), 1)
+        mask = batch.rollouts.completion_mask
+        ref = (batch.ref_logp * mask).sum(-1)  # [B] log π_ref(y) of each row
+        means = StepMeans(["loss", *DPO_METRICS, "grad_norm"])
+        self.policy.model.train()
+        with self.phases("train"):
+            for _ in range(opt.update_epochs):
+                order = torch.randperm(k)
+                for start in range(0, k, mini):
+                    mb = order[start : start + mini]
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss_total, stats = 0.0, torch.zeros(len(DPO_METRICS), dtype=torch.float64)
+                    for mstart in range(0, len(mb), micro):
+                        idx = mb[mstart : mstart + micro]
+                        rows = torch.cat([pairs.chosen[idx], pairs.rejected[idx]])
+                        sub = batch.select(rows)
+                        logp, _, _ = self.forward.train(sub.rollouts, sub.ratio_temps, False)
+                        seq = (logp * sub.rollouts.completion_mask).sum(-1)
+                        n, ref_rows = len(idx), ref[rows.to(ref.device)]
+                        losses, chosen, rejected = dpo_loss(
+                            seq[:n], seq[n:], ref_rows[:n], ref_rows[n:], beta
+                        )
+                        loss = losses.sum() / len(mb)
+                        loss.backward()
+                        loss_total += loss.item()
+                        per_pair = pair_statistics(seq[:n], seq[n:], chosen, rejected)
+                        stats += per_pair.sum(0).double().cpu() / len(mb)
+                    if not self.optimizer_step(
+                        step, loss_total, batch, pairs.chosen[mb[:1]], means
+                    ):
+                        continue
+                    for key, value in zip(DPO_METRICS, stats.tolist()):
+                        means.add(key, value)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        stats = means.result()
+        if k == 0:  # no pair: no update, and no pair statistics to average
+            stats |= dict.fromkeys(DPO_METRICS, math.nan)
+        return UpdateResult(stats, batch.old)
 
     def value_loss(
         self, values: torch.Tensor, sub: TrainBatch, mb_tokens: torch.Tensor
