@@ -686,11 +686,6 @@ def check_combination(cfg: TrainConfig) -> None:
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
             "bitsandbytes' 4-bit weights; use parallel.strategy=ddp"
         )
-    if cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing:
-        raise ValueError(
-            "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
-            "layers drop the key/value cache the shared prompt forward passes on; turn one off"
-        )
     if (
         resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
         and cfg.loss.ratio_temperature != "sampling"

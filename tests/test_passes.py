@@ -149,6 +149,9 @@ SHARED_PROMPT_CASES = {
     "lora": ["model.mode=lora", "model.lora_r=4"],
     "micro-batched": ["optim.micro_batch_size=4"],  # shuffled rows: groups split across passes
     "every-pass-with-kl": ["optim.skip_redundant_passes=false", "loss.kl_coef=0.05"],
+    # checkpointed layers read the prompt from a cache their replay cannot rewrite
+    "checkpointed": ["model.gradient_checkpointing=true"],
+    "checkpointed-lora": ["model.mode=lora", "model.lora_r=4", "model.gradient_checkpointing=true"],
 }
 
 
