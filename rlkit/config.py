@@ -331,7 +331,8 @@ class OptimConfig:
     # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
     skip_redundant_passes: bool = True
     # Every forward runs each distinct prompt once and lets its G completions attend to the
-    # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4).
+    # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4), also
+    # under gradient checkpointing; a split mini-batch's micro-batches take its rows in prompt order.
     # Same results up to float rounding, so a run with it differs from one without in the last
     # bits; off by default so the published results reproduce bit for bit.
     share_prompt_forward: bool = False

@@ -199,6 +199,38 @@ def test_shared_prompt_forward_runs_each_prompt_once_in_training(tmp_path, tiny_
     assert rows_seen[-3:] == [prompts, prompts * group, 1]
 
 
+def test_shared_prompt_forward_gives_each_micro_batch_whole_groups(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """Micro-batches of G rows, split from the mini-batch in prompt order: each is one group, so
+    each training forward is a one-row prompt pass and a G-row completion pass (drawn in random
+    order, a micro-batch would rarely repeat a prompt)."""
+    overrides = ("optim.share_prompt_forward=true", "optim.micro_batch_size=4")
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
+    group = trainer.cfg.rollout.group_size
+    assert group == 4
+    calls = []
+    decoder = trainer.policy.model.get_decoder()
+    hook = decoder.register_forward_hook(
+        lambda m, i, kw, out: calls.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    train = trainer.update.forward.train
+
+    def marked(*args, **kwargs):
+        calls.append("micro-batch")
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.update.forward, "train", marked)
+    try:
+        trainer.step()
+    finally:
+        hook.remove()
+        trainer.close()
+    passes = [calls[i + 1 : i + 3] for i, c in enumerate(calls) if c == "micro-batch"]
+    assert len(passes) == trainer.cfg.rollout.num_prompts
+    assert all(rows == [1, group] for rows in passes), calls
+
+
 def test_a_clip_that_cannot_act_is_warned_about(tmp_path, tiny_model_dir):
     """4 prompts × 4 = 16 rows in one mini-batch: clip-higher is named; in 2 mini-batches it acts."""
     with pytest.warns(UserWarning, match=r"loss.eps_high=0.28 \(loss.eps_low=0.2\) cannot act"):
