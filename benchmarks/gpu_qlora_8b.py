@@ -1,43 +1,67 @@
-"""QLoRA at 8B on one GPU: measured memory and speed of real training steps beside `rlkit plan`.
+"""QLoRA at 8B on one GPU: engines, batch sizes and memory budgets measured side by side, beside
+`rlkit plan`, in one device call.
 
-For each of Qwen3-8B and Llama-3.1-8B (shapes from the configs shipped in rlkit/models/configs):
+For each model (default Qwen3-8B; shapes from the configs shipped in rlkit/models/configs):
 
 1. build the model with random weights on the device in bf16 and save it with a word-level
-   tokenizer of the same vocabulary (no hub access needed);
-2. load it through the real `Trainer` (`load_policy`: NF4 4-bit base, LoRA r = 16 on every
-   projection, bf16 compute, gradient checkpointing), from that model's 8B preset with the
-   shapes below;
-3. run two real training steps: P = 2 prompts of exactly 512 tokens × G = 8 completions of up to
-   1024 new tokens (a random model rarely samples EOS, so they run to the limit), old and
-   reference log-probs, one optimizer step over the 16 rows in micro-batches;
-4. record, per phase, the peak of `torch.cuda.max_memory_allocated` (generation, no-grad log-prob
-   passes, the update), the generation tokens/s, log-prob and update seconds, the LoRA gradient
-   norm of every projection at the second step's optimizer step (LoRA-B starts at 0, so LoRA-A
-   gradients appear from the second step), and `rlkit plan`'s prediction for the same phases.
+   tokenizer of the same vocabulary (no hub access needed), once;
+2. run each **arm** of :data:`ARMS`: load the model through the real `Trainer` (`load_policy`: NF4
+   4-bit base, LoRA r = 16 on every projection, bf16 compute, gradient checkpointing) from the
+   model's 8B preset with the arm's overrides, and run real training steps: prompts of exactly
+   512 tokens × G = 8 completions of up to 1024 new tokens (a random model rarely samples EOS, so
+   they run to the limit), old and reference log-probs, one optimizer step in micro-batches;
+3. record per arm, per phase, the peak of `torch.cuda.max_memory_allocated` (generation, no-grad
+   log-prob passes, the update) beside `rlkit plan`'s prediction, the step's seconds, generation
+   tokens/s, log-prob and update seconds, the sampler/trainer mismatch (`rlkit.tis` metrics:
+   every arm runs with ``loss.tis_cap=3``, so the plain HF path reports its mismatch too) and the
+   LoRA gradient norm of every projection at the last optimizer step (LoRA-B starts at 0, so
+   LoRA-A gradients appear from the second step);
+4. print one table of every arm with its tokens/s and step time as ratios to the HF arm of the same
+   rows and budget, and the issue-20 targets the arms measured.
+
+An arm is one line of :data:`ARMS` (or one ``--arm``): config overrides separated by spaces, plus
+``rows=N`` (prompts × G, default 16), ``memory_gib=X`` (a smaller card simulated with
+``torch.cuda.set_per_process_memory_fraction``; the batch sizes are the plan's for X GiB) and
+``steps=N`` (default ``--steps``). ``rollout.generation_batch_size`` is ``auto`` (the plan's
+largest for the arm's memory, balanced across calls) unless the arm sets it. An arm whose engine
+cannot be imported (vLLM on the device machine) is skipped with the reason; an arm whose override
+fails is recorded as failed and the next one runs.
+
+**Time budget** (``--budget-s``): an arm starts only if its estimate (load + steps × (decode steps
+× seconds per decode step + rows × training seconds per row), from :data:`PRIORS` until an earlier
+arm measured the engine) fits in the time left; an arm still running at the deadline is stopped
+(SIGALRM), recorded as cut off, and the tables are written. They are rewritten after every arm.
 
 Rewards come from a fixed hash of each completion (about half score 1), so advantages are mixed
 and every LoRA matrix gets a gradient; the text of a random model has no answer to verify.
 
-    python benchmarks/gpu_qlora_8b.py --out runs/bench-qlora-8b            # GPU, both models
-    python benchmarks/gpu_qlora_8b.py --tiny --device cpu --out /tmp/smoke # CI smoke test
+    python benchmarks/gpu_qlora_8b.py --out runs/bench-qlora-8b --budget-s 420   # GPU
+    python benchmarks/gpu_qlora_8b.py --tiny --device cpu --out /tmp/smoke       # CI smoke test
+    python benchmarks/gpu_qlora_8b.py --arm "rows=128 rollout.engine=hf_static rollout.compile=true"
 
-Writes ``results.json`` and ``results.md`` to ``--out``. ``--tiny`` shrinks the models (hidden
+Writes ``results.json`` and ``results.md`` to ``--out``, and the same table as
+``gpu_qlora_8b_<gpu>_<date>.md`` for benchmarks/results/. ``--tiny`` shrinks the models (hidden
 64, 2 layers, vocabulary 512) and lengths (16 + 16 tokens) but runs the same code; on the CPU
-the memory columns are empty (no CUDA allocator to read).
+the memory columns are empty (no CUDA allocator to read) and ``memory_gib`` only sizes the
+batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import gc
 import hashlib
+import importlib.util
 import json
 import math
 import platform
 import random
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -50,12 +74,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlkit.config import load_config  # noqa: E402
-from rlkit.plan import GIB, SHIPPED_CONFIGS, build_plan  # noqa: E402
+from rlkit.plan import GIB, SHIPPED_CONFIGS, build_plan, resolve_batch_sizes  # noqa: E402
 from rlkit.rewards import RewardBatch  # noqa: E402
 from rlkit.rollout import sampling_processors  # noqa: E402
 from rlkit.sampling import PromptSampler  # noqa: E402
 from rlkit.static_decode import static_generate  # noqa: E402
 from rlkit.tasks.base import Problem  # noqa: E402
+from rlkit.tis import DEFAULT_TIS_CAP  # noqa: E402
 from rlkit.trainer import Trainer  # noqa: E402
 
 MODELS = {  # name -> (shipped config, preset whose settings it trains with)
@@ -271,102 +296,222 @@ def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> di
     return results
 
 
+# One arm a line: overrides, plus rows= / memory_gib= / steps= (see the module docstring). In order
+# of what the time budget should reach first: the graph path's 16-row step (target ≤ 25 s), the
+# HF baseline beside it, the preset's 128 rows on the whole card and on 24 GiB, then HF's.
+ARMS = (
+    "rows=16 rollout.engine=hf_static",
+    "rows=16 rollout.engine=hf",
+    "rows=16 rollout.engine=vllm",
+    "rows=128 rollout.engine=hf_static",
+    "rows=128 memory_gib=24 rollout.engine=hf_static",
+    "rows=128 rollout.engine=hf",
+    "rows=128 memory_gib=24 rollout.engine=hf",
+    "rows=128 rollout.engine=hf_static optim.share_prompt_forward=false",
+)
+# Seconds an arm's estimate starts from until an earlier arm has measured them: per decode step of
+# one generate call (H200, 8B NF4: HF 100.7 ms measured, benchmarks/results/gpu_qlora_8b_h200.md;
+# the graph path's ≈30 ms at 128 rows estimated in issue 20's rollout-speed notes §2 (b)), per trained
+# row at 512 + 1024 tokens (log-prob passes + update: 5.4 s for 16 rows measured), and per load.
+PRIORS = {"decode_s": {"hf": 0.105, "hf_static": 0.03, "vllm": 0.03}, "row_s": 0.35, "load_s": 20}
+TARGETS = (  # rows, memory_gib (None: the whole card), metric, at most (True) or least, bound
+    (16, None, "step_s", True, 25.0),
+    (128, None, "generation_tokens_per_s", False, 4000.0),
+    (128, None, "step_s", True, 90.0),
+    (128, 24.0, "step_s", True, 360.0),
+)
+TIS_CLIPPED_TARGET = 0.01  # TIS clips under 1 % of the tokens
+CLIPPED = "sampling/importance_sampling_ratio/clipped_fraction"
+DIFFERENCE = "sampling/sampling_logp_difference/mean"
+
+
+class OutOfTime(BaseException):
+    """The benchmark's time budget ran out while an arm was running (a BaseException, like
+    KeyboardInterrupt, so that no ``except Exception`` in the trainer swallows it)."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Raise :class:`OutOfTime` in the main thread once ``seconds`` have passed (SIGALRM: the
+    decode loops return to Python every step, so a running arm stops within one step)."""
+
+    def expire(signum, frame):
+        raise OutOfTime(f"the time budget ran out ({seconds:.0f} s left at the arm's start)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One line of :data:`ARMS`, parsed: its config overrides and the benchmark's own keys."""
+
+    label: str
+    overrides: tuple[str, ...]
+    rows: int = 16
+    memory_gib: float | None = None
+    steps: int | None = None  # None: --steps
+
+    @classmethod
+    def parse(cls, line: str) -> Arm:
+        own, overrides = {}, []
+        for item in line.split():
+            key, sep, value = item.partition("=")
+            if not sep or not value:
+                raise ValueError(f"arm {line!r}: {item!r} is not key=value")
+            if key in ("rows", "steps"):
+                own[key] = int(value)
+            elif key == "memory_gib":
+                own[key] = float(value)
+            else:
+                overrides.append(item)
+        return cls(line, tuple(overrides), **own)
+
+    @property
+    def engine(self) -> str:
+        engines = [o.split("=", 1)[1] for o in self.overrides if o.startswith("rollout.engine=")]
+        return engines[-1] if engines else "hf"
+
+    def unavailable(self) -> str | None:
+        """Why this arm cannot run here (its engine's package is missing), or None."""
+        if self.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            return "vLLM is not importable here (pip install 'rlkit[vllm]')"
+        return None
+
+
 def log(name: str, message: str, start: float) -> None:
     """Progress with elapsed seconds, so a run cut off at its time limit shows where it was."""
     print(f"[{name} +{time.perf_counter() - start:.0f}s] {message}", flush=True)
 
 
-def run_model(name: str, args, work_dir: Path) -> dict:
+def arm_config(name: str, arm: Arm, args, path: Path, work_dir: Path, prompt_tokens: int):
+    """The arm's `TrainConfig` with its ``auto`` batch sizes resolved for its memory (the whole
+    device, ``memory_gib``, or on the CPU without one: every row in one call), and the notes."""
+    if arm.rows % args.group_size:
+        raise ValueError(f"arm {arm.label!r}: rows={arm.rows} is not a multiple of G")
+    new_tokens = args.new_tokens or (16 if args.tiny else 1024)
+    base = [
+        f"model.name_or_path={path}",
+        f"model.device={args.device}",
+        "task.name=arithmetic",  # replaced by the fixed-length prompts
+        "task.eval_name=null",
+        "task.template=plain",  # the preset's dataset template has no effect on arithmetic
+        "task.chat_template=false",
+        "task.reward=exact_match",
+        "task.reward_workers=0",
+        f"rollout.num_prompts={arm.rows // args.group_size}",
+        f"rollout.group_size={args.group_size}",
+        f"rollout.max_new_tokens={new_tokens}",
+        # vLLM batches its rollouts itself (rlkit.config.ignored_settings)
+        f"rollout.generation_batch_size={0 if arm.engine == 'vllm' else 'auto'}",
+        "rollout.truncated=keep",  # a random model's completions are all truncated
+        f"optim.mini_batch_size={arm.rows}",
+        f"optim.micro_batch_size={args.micro_batch_size}",
+        f"optim.logprob_micro_batch_size={args.logprob_micro_batch_size}",
+        f"optim.logprob_chunk_size={args.logprob_chunk_size}",
+        "optim.lr=1e-4",
+        "optim.warmup_steps=0",
+        "loss.kl_coef=0.001",
+        f"loss.tis_cap={DEFAULT_TIS_CAP}",  # every engine reports its sampler/trainer mismatch
+        "eval.at_start=false",
+        f"steps={arm.steps or args.steps}",
+        f"output_dir={tempfile.mkdtemp(dir=work_dir, prefix=name + '-run-')}",  # one per arm
+        "tensorboard=false",
+        "progress=false",
+        "checkpoint_every=0",
+    ]
+    cfg = load_config(MODELS[name][1], [*base, *arm.overrides])
+    budget = None
+    if arm.memory_gib is not None:
+        budget = arm.memory_gib * GIB
+    elif args.device == "cuda":
+        budget = torch.cuda.get_device_properties(0).total_memory
+    return resolve_batch_sizes(cfg, budget, prompt_tokens)
+
+
+@contextlib.contextmanager
+def memory_budget(gib: float | None, cuda: bool):
+    """Limit this process's CUDA allocations to ``gib`` (a smaller card); nothing on the CPU."""
+    if gib is None or not cuda:
+        yield
+        return
+    fraction = gib * GIB / torch.cuda.get_device_properties(0).total_memory
+    if fraction > 1:
+        raise ValueError(f"memory_gib={gib:g} is more than this device has")
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def run_arm(name: str, arm: Arm, args, path: Path, work_dir: Path) -> dict:
+    """Load the model with the arm's settings, run its steps, and measure them."""
     cuda = args.device == "cuda"
     begin = time.perf_counter()
-    prompt_tokens, new_tokens = (16, 16) if args.tiny else (512, 1024)
-    new_tokens = args.new_tokens or new_tokens
-    t0 = time.perf_counter()
-    path = save_random_model(name, args.tiny, args.device, work_dir)
-    build_s = time.perf_counter() - t0
-    log(name, f"random model built and saved to {path}", begin)
+    prompt_tokens = 16 if args.tiny else 512
     config = model_config(name, args.tiny)
-    rows = args.prompts * args.group_size
-    cfg = load_config(
-        MODELS[name][1],
-        [
-            f"model.name_or_path={path}",
-            f"model.device={args.device}",
-            "task.name=arithmetic",  # replaced below by the fixed-length prompts
-            "task.eval_name=null",
-            "task.template=plain",  # the preset's dataset template has no effect on arithmetic
-            "task.chat_template=false",
-            "task.reward=exact_match",
-            "task.reward_workers=0",
-            f"rollout.num_prompts={args.prompts}",
-            f"rollout.group_size={args.group_size}",
-            f"rollout.max_new_tokens={new_tokens}",
-            # vLLM batches its rollouts itself (rlkit.config.ignored_settings)
-            "rollout.generation_batch_size="
-            + str(0 if args.engine == "vllm" else args.generation_batch_size or rows),
-            "rollout.truncated=keep",  # a random model's completions are all truncated
-            f"rollout.engine={args.engine}",
-            f"optim.mini_batch_size={rows}",
-            f"optim.micro_batch_size={args.micro_batch_size}",
-            f"optim.logprob_micro_batch_size={args.logprob_micro_batch_size}",
-            f"optim.logprob_chunk_size={args.logprob_chunk_size}",
-            "optim.lr=1e-4",
-            "optim.warmup_steps=0",
-            "loss.kl_coef=0.001",
-            "eval.at_start=false",
-            "steps=2",
-            f"output_dir={work_dir / (name + '-run')}",
-            "tensorboard=false",
-            "progress=false",
-            "checkpoint_every=0",
-        ],
-    )
+    cfg, notes = arm_config(name, arm, args, path, work_dir, prompt_tokens)
+    steps_wanted = cfg.steps
     plan = build_plan(cfg, prompt_tokens)
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    trainer = Trainer(cfg)
-    load_s = time.perf_counter() - t0
-    log(name, "loaded in 4-bit through Trainer", begin)
-    loaded = torch.cuda.memory_allocated() if cuda else None
-    train_problems = problems(config, prompt_tokens)
-    trainer.sampler = PromptSampler(train_problems, "shuffle", cfg.seed)
-    trainer.collector.scorer = HashScorer()
-
-    meter = PhaseMeter(cuda)
-    trainer.phases.add_hook(meter)
-    norms, model = [], trainer.policy.model
-    trainer.update.optimizer.register_step_pre_hook(
-        lambda optimizer, args, kwargs: norms.append(lora_grad_norms(model))
-    )
-    steps = []
-    for _ in range(2):
-        steps.append(trainer.step())
-        log(name, f"training step {len(steps)} done", begin)
-    resident = torch.cuda.memory_allocated() if cuda else None
-    variants = {}
-    if args.variant_tokens:
-        texts = [p.prompt for p in train_problems[: args.prompts] for _ in range(args.group_size)]
-        variants = generation_variants(trainer, texts, args.variant_tokens)
-        log(name, f"generation variants: {variants}", begin)
-
+    rows = arm.rows
+    trainer = None
+    with memory_budget(arm.memory_gib, cuda):
+        try:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            trainer = Trainer(cfg)
+            load_s = time.perf_counter() - t0
+            log(arm.label, f"{name} loaded in 4-bit through Trainer ({'; '.join(notes)})", begin)
+            loaded = torch.cuda.memory_allocated() if cuda else None
+            train_problems = problems(config, prompt_tokens)
+            trainer.sampler = PromptSampler(train_problems, "shuffle", cfg.seed)
+            trainer.collector.scorer = HashScorer()
+            meter = PhaseMeter(cuda)
+            trainer.phases.add_hook(meter)
+            norms, model = [], trainer.policy.model
+            trainer.update.optimizer.register_step_pre_hook(
+                lambda optimizer, a, kw: norms.append(lora_grad_norms(model))
+            )
+            steps, step_s = [], []
+            for _ in range(steps_wanted):
+                t0 = time.perf_counter()
+                steps.append(trainer.step())
+                step_s.append(time.perf_counter() - t0)
+                log(arm.label, f"training step {len(steps)} done in {step_s[-1]:.1f} s", begin)
+            resident = torch.cuda.memory_allocated() if cuda else None
+            variants = {}
+            if args.variant_tokens:
+                texts = [p.prompt for p in train_problems[: cfg.rollout.num_prompts]]
+                texts = [t for t in texts for _ in range(args.group_size)]
+                variants = generation_variants(trainer, texts, args.variant_tokens)
+                log(arm.label, f"generation variants: {variants}", begin)
+        finally:
+            if trainer is not None:
+                trainer.close()
+            shutil.rmtree(cfg.output_dir, ignore_errors=True)
     last = steps[-1]
     tokens = float(last["completions/mean_length"]) * rows
     settings = plan.settings()
-    entropy = plan.passes.entropy
     chunk = settings["optim.logprob_chunk_size"]
     lora_bytes = plan.shape.lora_params * 4  # one fp32 copy of the adapter
     phases = {  # measured (None on the CPU), plan
         "weights + LoRA (after loading)": (loaded, plan.weights() + lora_bytes),
         # between steps the gradients are freed (set_to_none); AdamW's two moments stay
-        "resident after two steps (+ AdamW)": (resident, plan.resident() - lora_bytes),
+        "resident after the steps (+ AdamW)": (resident, plan.resident() - lora_bytes),
         f"generation ({settings['rollout.generation_batch_size']} rows)": (
             meter.peak("generation"),
             plan.generation(settings["rollout.generation_batch_size"]),
         ),
         f"log-prob pass ({settings['optim.logprob_micro_batch_size']} rows × {chunk})": (
             meter.peak("logprob"),
-            plan.logprob(settings["optim.logprob_micro_batch_size"], chunk, entropy),
+            plan.logprob(settings["optim.logprob_micro_batch_size"], chunk, plan.passes.entropy),
         ),
         f"train micro-batch ({settings['optim.micro_batch_size']} rows)": (
             meter.peak("update"),
@@ -374,18 +519,22 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         ),
     }
     final_norms = norms[-1]
-    result = {
+    return {
         "model": name,
-        "engine": args.engine,
+        "engine": arm.engine,
         "shape": {
             k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")
         },
         "prompt_tokens": prompt_tokens,
-        "max_new_tokens": new_tokens,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
         "rows": rows,
+        "memory_gib": arm.memory_gib,
+        "steps": steps_wanted,
         "settings": settings,
-        "build_and_save_s": build_s,
+        "generate_calls": math.ceil(rows / settings["rollout.generation_batch_size"]),
         "load_s": load_s,
+        "step_s": step_s[-1],
+        "step_seconds": step_s,
         "generation_tokens_per_s": tokens / float(last["time/generate"]),
         "generation_s": float(last["time/generate"]),
         "mean_completion_tokens": float(last["completions/mean_length"]),
@@ -394,20 +543,112 @@ def run_model(name: str, args, work_dir: Path) -> dict:
         "phases": {k: {"measured": m, "plan": p} for k, (m, p) in phases.items()},
         "lora_grad_norms": final_norms,
         "all_lora_b_nonzero": all(v > 0 for v in final_norms["lora_B"].values()),
-        "all_lora_a_nonzero": all(v > 0 for v in final_norms["lora_A"].values()),
+        # LoRA-B starts at 0, so LoRA-A has a gradient from the second step on
+        "all_lora_a_nonzero": (
+            all(v > 0 for v in final_norms["lora_A"].values()) if steps_wanted > 1 else None
+        ),
         "generation_variants": variants,
         "variant_new_tokens": args.variant_tokens,
         "loss": float(last["loss"]),
         "grad_norm": float(last["grad_norm"]),
-        # sampler/trainer mismatch (rlkit.tis), logged when the engine is not HF generate
         "mismatch": {k: float(v) for k, v in last.items() if k.startswith("sampling/")},
     }
-    shutil.rmtree(path, ignore_errors=True)
-    return result
+
+
+class Estimator:
+    """An arm's seconds before it runs: :data:`PRIORS`, replaced by what earlier arms measured
+    (seconds per decode step of each engine, per trained row, per load)."""
+
+    def __init__(self, tiny: bool):
+        self.decode_s = dict(PRIORS["decode_s"])
+        self.row_s, self.load_s = PRIORS["row_s"], PRIORS["load_s"]
+        self.tokens = 16 if tiny else 1024
+
+    def seconds(self, arm: Arm, steps: int, tokens: int | None = None) -> float:
+        decode = self.decode_s.get(arm.engine, max(self.decode_s.values()))
+        per_step = (tokens or self.tokens) * decode + arm.rows * self.row_s
+        return self.load_s + steps * per_step
+
+    def learn(self, result: dict) -> None:
+        decode_steps = result["generate_calls"] * result["mean_completion_tokens"]
+        if decode_steps > 0:
+            self.decode_s[result["engine"]] = result["generation_s"] / decode_steps
+        self.row_s = (result["logprob_s"] + result["update_s"]) / result["rows"]
+        self.load_s = result["load_s"]
 
 
 def size(value: float | None, unit: float) -> str:
     return "n/a" if value is None else f"{value / unit:.2f}"
+
+
+def baseline(report: dict, entry: dict) -> dict | None:
+    """The measured HF arm of the same model, rows and memory with no other overrides."""
+    for other in report["arms"]:
+        if (
+            other["status"] == "done"
+            and other["model"] == entry["model"]
+            and other["overrides"] == ["rollout.engine=hf"]
+            and (other["rows"], other["memory_gib"]) == (entry["rows"], entry["memory_gib"])
+        ):
+            return other
+    return None
+
+
+def ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}" if base else "n/a"
+
+
+def summary(report: dict) -> list[str]:
+    """One row per arm: what it measured and its ratios to the HF arm beside it."""
+    lines = [
+        "| model | arm | status | rows / calls | step s | generation tokens/s | × hf | "
+        "step × hf | log-prob s | update s | mean abs Δ log p | TIS clipped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in report["arms"]:
+        if entry["status"] != "done":
+            status = f"{entry['status']}: {entry['reason']}"
+            lines.append(f"| {entry['model']} | `{entry['arm']}` | {status} |" + " |" * 9)
+            continue
+        base = baseline(report, entry)
+        mismatch = entry["mismatch"]
+        lines.append(
+            f"| {entry['model']} | `{entry['arm']}` | done | {entry['rows']} / "
+            f"{entry['generate_calls']} | {entry['step_s']:.1f} | "
+            f"{entry['generation_tokens_per_s']:.0f} | "
+            f"{ratio(entry['generation_tokens_per_s'], base and base['generation_tokens_per_s'])}"
+            f" | {ratio(base['step_s'], entry['step_s']) if base else 'n/a'} | "
+            f"{entry['logprob_s']:.1f} | {entry['update_s']:.1f} | "
+            f"{mismatch.get(DIFFERENCE, float('nan')):.3g} | "
+            f"{mismatch.get(CLIPPED, float('nan')):.2%} |"
+        )
+    return lines
+
+
+def targets(report: dict) -> list[str]:
+    """Issue 20's targets against the best arm of each shape that ran, and each arm's TIS
+    clipping."""
+    lines, done = [], [e for e in report["arms"] if e["status"] == "done"]
+    for rows, gib, metric, at_most, bound in TARGETS:
+        shape = f"{rows} rows" + (f" on {gib:g} GiB" if gib else "")
+        what = f"{shape}: {metric} {'≤' if at_most else '≥'} {bound:g}"
+        arms = [e for e in done if (e["rows"], e["memory_gib"]) == (rows, gib)]
+        if not arms:
+            lines.append(f"- {what}: not measured")
+            continue
+        best = (min if at_most else max)(arms, key=lambda e: e[metric])
+        met = best[metric] <= bound if at_most else best[metric] >= bound
+        lines.append(
+            f"- {what}: {best[metric]:.1f} (`{best['arm']}`), {'met' if met else 'NOT met'}"
+        )
+    for e in done:
+        if CLIPPED in e["mismatch"]:
+            share, met = e["mismatch"][CLIPPED], e["mismatch"][CLIPPED] < TIS_CLIPPED_TARGET
+            lines.append(
+                f"- TIS clips < {TIS_CLIPPED_TARGET:.0%} of tokens, `{e['arm']}`: {share:.2%}, "
+                f"{'met' if met else 'NOT met'}"
+            )
+    return lines
 
 
 def markdown(report: dict) -> str:
@@ -415,55 +656,76 @@ def markdown(report: dict) -> str:
         f"# QLoRA 8B benchmark — {report['date']}, {report['device_name']}",
         "",
         f"torch {report['torch']}, transformers {report['transformers']}, "
-        f"bitsandbytes {report['bitsandbytes']}{' (tiny shapes)' if report['tiny'] else ''}",
+        f"bitsandbytes {report['bitsandbytes']}{' (tiny shapes)' if report['tiny'] else ''}; "
+        f"{report['total_s']:.0f} s of a {report['budget_s']:.0f} s budget",
+        "",
+        "Ratios are to the `rows=… rollout.engine=hf` arm of the same rows and memory, measured "
+        "in this run (step × hf: the HF step's seconds over this arm's). Step s is the arm's "
+        "last step: with one step it includes the first call's costs (CUDA graph capture, the "
+        "allocator's growth).",
+        "",
+        *summary(report),
+        "",
+        "Targets (issue 20)" + (": tiny shapes, so not a test of them" if report["tiny"] else ":"),
+        "",
+        *targets(report),
     ]
     unit, unit_name = (2**20, "MiB") if report["tiny"] else (GIB, "GiB")
-    for name, failure in report.get("failures", {}).items():
-        lines += ["", f"## {name}: failed", "", "```", failure.strip()[-3000:], "```"]
-    for r in report["models"].values():
+    for entry in report["arms"]:
+        if entry["status"] == "failed":
+            lines += ["", f"## `{entry['arm']}` ({entry['model']}): failed", "", "```"]
+            lines += [entry["traceback"].strip()[-3000:], "```"]
+        if entry["status"] != "done":
+            continue
         lines += [
             "",
-            f"## {r['model']} ({r['engine']} engine): {r['rows']} rows × ({r['prompt_tokens']} prompt + "
-            f"{r['max_new_tokens']} new tokens)",
+            f"## `{entry['arm']}` ({entry['model']}): {entry['rows']} rows × "
+            f"({entry['prompt_tokens']} prompt + {entry['max_new_tokens']} new tokens)"
+            + (f", {entry['memory_gib']:g} GiB budget" if entry["memory_gib"] else ""),
             "",
             f"| phase | measured peak {unit_name} | plan {unit_name} | plan / measured |",
             "|---|---|---|---|",
         ]
-        for phase, v in r["phases"].items():
-            ratio = f"{v['plan'] / v['measured']:.2f}" if v["measured"] else "n/a"
+        for phase, v in entry["phases"].items():
             measured, planned = size(v["measured"], unit), size(v["plan"], unit)
-            lines.append(f"| {phase} | {measured} | {planned} | {ratio} |")
+            lines.append(
+                f"| {phase} | {measured} | {planned} | {ratio(v['plan'], v['measured'])} |"
+            )
+        seconds = ", ".join(f"{s:.1f}" for s in entry["step_seconds"])
         lines += [
             "",
-            f"generation {r['generation_tokens_per_s']:.0f} tokens/s ({r['generation_s']:.1f} s, "
-            f"mean completion {r['mean_completion_tokens']:.0f} tokens); log-prob passes "
-            f"{r['logprob_s']:.1f} s; update {r['update_s']:.1f} s; build + save "
-            f"{r['build_and_save_s']:.0f} s, load {r['load_s']:.0f} s",
+            f"steps {seconds} s; generation {entry['generation_tokens_per_s']:.0f} tokens/s "
+            f"({entry['generation_s']:.1f} s in {entry['generate_calls']} call(s), mean "
+            f"completion {entry['mean_completion_tokens']:.0f} tokens); log-prob passes "
+            f"{entry['logprob_s']:.1f} s; update {entry['update_s']:.1f} s; load "
+            f"{entry['load_s']:.0f} s",
             "",
             "| LoRA grad norm | " + " | ".join(PROJECTIONS) + " |",
             "|---|" + "---|" * len(PROJECTIONS),
         ]
-        for matrix, values in r["lora_grad_norms"].items():
+        for matrix, values in entry["lora_grad_norms"].items():
             lines.append(
                 f"| {matrix} | " + " | ".join(f"{values[p]:.3g}" for p in PROJECTIONS) + " |"
             )
-        lines.append(f"\nevery LoRA-B gradient non-zero: {r['all_lora_b_nonzero']}")
-        if r["generation_variants"]:
+        lines.append(f"\nevery LoRA-B gradient non-zero: {entry['all_lora_b_nonzero']}")
+        if entry["generation_variants"]:
             lines += [
                 "",
-                f"HF `generate` options, {r['rows']} rows × {r['variant_new_tokens']} new tokens:",
+                f"HF `generate` options, {entry['rows']} rows × {entry['variant_new_tokens']} "
+                "new tokens:",
                 "",
                 "| variant | tokens/s | × dynamic |",
                 "|---|---|---|",
             ]
-            base = r["generation_variants"].get("dynamic", {}).get("tokens_per_s")
-            for variant, v in r["generation_variants"].items():
+            base = entry["generation_variants"].get("dynamic", {}).get("tokens_per_s")
+            for variant, v in entry["generation_variants"].items():
                 if "error" in v:
                     lines.append(f"| {variant} | failed: {v['error']} | |")
                 else:
-                    ratio = f"{v['tokens_per_s'] / base:.2f}" if base else "n/a"
-                    lines.append(f"| {variant} | {v['tokens_per_s']:.0f} | {ratio} |")
-        for key, value in r.get("mismatch", {}).items():
+                    lines.append(
+                        f"| {variant} | {v['tokens_per_s']:.0f} | {ratio(v['tokens_per_s'], base)} |"
+                    )
+        for key, value in entry["mismatch"].items():
             lines.append(f"\n{key}: {value:.3g}")
     return "\n".join(lines) + "\n"
 
@@ -473,25 +735,28 @@ def parse_args(argv=None):
     parser.add_argument("--out", default="runs/bench-qlora-8b")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=["qwen3-8b"], choices=list(MODELS))
     parser.add_argument(
-        "--engine", default="hf", choices=["hf", "hf_static", "vllm"], help="vllm: needs vLLM"
+        "--arm",
+        action="append",
+        help="one arm, e.g. 'rows=128 memory_gib=24 rollout.engine=hf_static' (repeat it; "
+        "replaces the default ARMS)",
     )
-    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--budget-s", type=float, default=420.0, help="seconds for all arms")
+    parser.add_argument("--steps", type=int, default=1, help="training steps per arm")
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--generation-batch-size", type=int, default=0, help="0: all rows")
     parser.add_argument(
         "--new-tokens", type=int, default=0, help="completion tokens (0: 1024, 16 with --tiny)"
     )
     parser.add_argument("--micro-batch-size", type=int, default=4)
-    parser.add_argument("--logprob-micro-batch-size", type=int, default=8)
+    parser.add_argument("--logprob-micro-batch-size", type=int, default=16)
     parser.add_argument("--logprob-chunk-size", type=int, default=256)
     parser.add_argument(
         "--variant-tokens",
         type=int,
         default=None,
-        help="new tokens per row for the generate-option comparison (0: skip; default 128, "
-        "16 with --tiny)",
+        help="new tokens per row for HF generate's options, compared on the first arm (0: skip; "
+        "default 0, 16 with --tiny; about 50 s at 128 tokens on 8B)",
     )
     parser.add_argument("--work-dir", help="where the random models are saved (default: RAM disk)")
     return parser.parse_args(argv)
@@ -505,12 +770,74 @@ def default_work_dir() -> Path:
     return Path(tempfile.mkdtemp())
 
 
+def dated_name(report: dict) -> str:
+    """``gpu_qlora_8b_<device>_<date>``, the name its table takes in benchmarks/results/."""
+    device = re.sub(r"[^a-z0-9]+", "_", report["device_name"].lower()).strip("_") or "cpu"
+    return f"gpu_qlora_8b_{device}_{report['date'][:10]}"
+
+
+def write(report: dict, out: Path, start: float) -> None:
+    """results.json, results.md and the dated copy of the table, as the run stands."""
+    report["total_s"] = time.perf_counter() - start
+    table = markdown(report)
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    (out / "results.md").write_text(table)
+    (out / f"{dated_name(report)}.md").write_text(table)
+
+
+def run_arms(report: dict, args, out: Path, work_dir: Path, start: float) -> None:
+    """Every arm of every model within the budget, the tables rewritten after each."""
+    cuda = args.device == "cuda"
+    arms = [Arm.parse(line) for line in (args.arm or ARMS)]
+    estimator = Estimator(args.tiny)
+    for name in args.models:
+        path = None
+        for arm in arms:
+            entry = {"model": name, "arm": arm.label, "overrides": list(arm.overrides)}
+            entry |= {"rows": arm.rows, "memory_gib": arm.memory_gib}
+            left = args.budget_s - (time.perf_counter() - start)
+            needed = estimator.seconds(arm, arm.steps or args.steps, args.new_tokens or None)
+            reason = arm.unavailable()
+            if reason is None and path is None:
+                needed += PRIORS["load_s"]  # building and saving the random model first
+            if reason is None and needed > left:
+                reason = f"time budget: about {needed:.0f} s needed, {max(left, 0):.0f} s left"
+            if reason is not None:
+                report["arms"].append(entry | {"status": "skipped", "reason": reason})
+                log(arm.label, f"skipped: {reason}", start)
+                continue
+            try:
+                with deadline(left):
+                    if path is None:
+                        path = save_random_model(name, args.tiny, args.device, work_dir)
+                        log(name, f"random model built and saved to {path}", start)
+                    result = run_arm(name, arm, args, path, work_dir)
+                entry |= result | {"status": "done"}
+                estimator.learn(result)
+                args.variant_tokens = 0  # HF's generate options: compared on the first arm only
+            except OutOfTime as error:
+                entry |= {"status": "cut off", "reason": str(error)}
+            except Exception as error:  # record it and go on: device time is scarce
+                entry |= {"status": "failed", "reason": f"{type(error).__name__}: {error}"[:200]}
+                entry["traceback"] = traceback.format_exc()
+                print(entry["traceback"], flush=True)
+            report["arms"].append(entry)
+            write(report, out, start)
+            if entry["status"] == "cut off":  # no more device calls: the table is what is left
+                return
+            gc.collect()  # the trainer and its 4-bit model go before the next arm loads
+            if cuda:
+                torch.cuda.empty_cache()
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def main(argv=None) -> dict:
     import transformers
 
     args = parse_args(argv)
     if args.variant_tokens is None:
-        args.variant_tokens = 16 if args.tiny else 128
+        args.variant_tokens = 16 if args.tiny else 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -527,29 +854,21 @@ def main(argv=None) -> dict:
         "transformers": transformers.__version__,
         "bitsandbytes": bnb_version,
         "tiny": args.tiny,
-        "models": {},
+        "budget_s": args.budget_s,
+        "arms": [],
     }
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir()
     start = time.perf_counter()
     try:
-        for name in args.models:
-            try:
-                report["models"][name] = run_model(name, args, work_dir)
-            except Exception:  # record it and go on to the next model: device time is scarce
-                report.setdefault("failures", {})[name] = traceback.format_exc()
-                print(report["failures"][name], flush=True)
-            gc.collect()  # the trainer and its 4-bit model go before the next model loads
-            if cuda:
-                torch.cuda.empty_cache()
-            report["total_s"] = time.perf_counter() - start
-            (out / "results.json").write_text(json.dumps(report, indent=2))
-            (out / "results.md").write_text(markdown(report))
-            print(markdown(report), flush=True)
+        run_arms(report, args, out, work_dir, start)
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    if report.get("failures"):
-        raise SystemExit(f"failed: {', '.join(report['failures'])} (tracebacks in results.md)")
+        write(report, out, start)
+        print(markdown(report), flush=True)
+    failed = [e["arm"] for e in report["arms"] if e["status"] == "failed"]
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)} (tracebacks in results.md)")
     return report
 
 

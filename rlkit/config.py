@@ -355,7 +355,8 @@ class OptimConfig:
     # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
     skip_redundant_passes: bool = True
     # Every forward runs each distinct prompt once and lets its G completions attend to the
-    # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4).
+    # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4), also
+    # under gradient checkpointing; a split mini-batch's micro-batches take its rows in prompt order.
     # Same results up to float rounding, so a run with it differs from one without in the last
     # bits; off by default so the published results reproduce bit for bit.
     share_prompt_forward: bool = False
@@ -712,11 +713,6 @@ def check_combination(cfg: TrainConfig) -> None:
         raise ValueError(
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
             "bitsandbytes' 4-bit weights; use parallel.strategy=ddp"
-        )
-    if cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing:
-        raise ValueError(
-            "optim.share_prompt_forward=true with model.gradient_checkpointing=true: checkpointed "
-            "layers drop the key/value cache the shared prompt forward passes on; turn one off"
         )
     if (
         resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
 import torch.utils.checkpoint
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from rlkit.batch import PolicyPass
 from rlkit.config import TrainConfig
@@ -89,7 +92,8 @@ def _completion_states(
     and the completion positions attend to them. Causal attention makes the prompt's states
     independent of the completion, so this is the same computation as one pass over every row
     (equal up to float rounding; gradients reach the prompt positions through the copies), with the
-    prompt positions costing 1/G of theirs, forward and backward.
+    prompt positions costing 1/G of theirs, forward and backward. The keys and values travel in a
+    `_PromptCache`, which gradient checkpointing's replay cannot rewrite (`_cache_kept`).
     """
     decoder = lm.get_decoder()
     positions = _positions(attention_mask)
@@ -98,33 +102,138 @@ def _completion_states(
         distinct, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)
         if len(distinct) < len(prompts):
             prompt_mask = distinct[:, prompt_length:]
-            prefix = decoder(
-                input_ids=distinct[:, :prompt_length],
-                attention_mask=prompt_mask,
-                position_ids=_positions(prompt_mask),
-                use_cache=True,
-            )
-            cache = getattr(prefix, "cache", None)  # `past_key_values` before transformers 5
-            cache = cache if cache is not None else getattr(prefix, "past_key_values", None)
-            if cache is None or cache.get_seq_length() != prompt_length:
-                raise RuntimeError(
-                    "optim.share_prompt_forward needs the decoder's key/value cache, and "
-                    f"{type(decoder).__name__} returned none for the prompts (gradient "
-                    "checkpointing drops it); set optim.share_prompt_forward=false"
-                )
-            cache.batch_select_indices(row_prompt)  # each row gets its prompt's keys and values
-            completion = decoder(
-                input_ids=input_ids[:, prompt_length:],
-                attention_mask=attention_mask,
-                position_ids=positions[:, prompt_length:],
-                use_cache=True,
-                **{_cache_keyword(decoder): cache},
-            ).last_hidden_state
-            return torch.cat([prefix.last_hidden_state[row_prompt, -1:], completion], dim=1)
+            keyword = _cache_keyword(decoder)
+            recorded = _PromptCache()
+            with _cache_kept(decoder):
+                prefix = decoder(
+                    input_ids=distinct[:, :prompt_length],
+                    attention_mask=prompt_mask,
+                    position_ids=_positions(prompt_mask),
+                    use_cache=False,
+                    **{keyword: recorded},
+                ).last_hidden_state
+                completion = decoder(
+                    input_ids=input_ids[:, prompt_length:],
+                    attention_mask=attention_mask,
+                    position_ids=positions[:, prompt_length:],
+                    use_cache=False,
+                    **{keyword: recorded.for_rows(row_prompt, decoder, prompt_length)},
+                ).last_hidden_state
+            return torch.cat([prefix[row_prompt, -1:], completion], dim=1)
     hidden = decoder(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
     ).last_hidden_state
     return hidden[:, prompt_length - 1 :]
+
+
+class _RecordedPrompt(DynamicLayer):
+    """One decoder layer's prompt keys and values, as the prompt pass computes them.
+
+    The prompt pass starts from no past, so ``update`` returns its input; it stores the first
+    keys and values it sees and ignores later ones: a checkpoint replay of the prompt layer in
+    backward recomputes them, but the completion's graph holds the stored ones, which are kept.
+    """
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.keys, self.values = key_states, value_states
+            self.device, self.is_initialized = key_states.device, True
+        return key_states, value_states
+
+
+class _ReadOnlyPrompt(DynamicLayer):
+    """One decoder layer's prompt keys and values for the completion pass, read and never written.
+
+    ``update`` returns cat(prompt, new) and stores nothing, so a checkpoint replay of the layer
+    in backward sees the same prompt as the forward did (a growing cache would give the replay
+    the completion's keys twice). Gradients reach the prompt positions through the
+    concatenation.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.keys, self.values = keys, values
+        self.device, self.is_initialized = keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return (
+            torch.cat([self.keys, key_states], dim=-2),
+            torch.cat([self.values, value_states], dim=-2),
+        )
+
+
+class _PromptCache(Cache):
+    """The shared prompt forward's key/value cache: the prompt pass fills one `_RecordedPrompt`
+    per decoder layer (lazily, as HF's `DynamicCache` does); `for_rows` hands each row its
+    prompt's keys and values as `_ReadOnlyPrompt` layers."""
+
+    def __init__(self, layers: list[DynamicLayer] | None = None):
+        if layers is None:
+            super().__init__(layer_class_to_replicate=_RecordedPrompt)
+        else:
+            super().__init__(layers=layers)
+
+    def for_rows(
+        self, row_prompt: torch.Tensor, decoder: torch.nn.Module, prompt_length: int
+    ) -> _PromptCache:
+        """Row i reads prompt ``row_prompt[i]``'s keys and values (an indexing op: the rows'
+        gradients reach the prompt summed). A decoder that did not pass every layer's keys and
+        values through the cache cannot share its prompts: RuntimeError."""
+        layers = decoder.config.get_text_config().num_hidden_layers
+        lengths = [layer.get_seq_length() for layer in self.layers]
+        if lengths != [prompt_length] * layers:
+            raise RuntimeError(
+                f"optim.share_prompt_forward needs every decoder layer's keys and values of the "
+                f"prompts, and {type(decoder).__name__} passed {len(lengths)} of {layers} layers "
+                f"through its cache (lengths {sorted(set(lengths))}, prompt {prompt_length}); "
+                "set optim.share_prompt_forward=false"
+            )
+        return _PromptCache(
+            [_ReadOnlyPrompt(la.keys[row_prompt], la.values[row_prompt]) for la in self.layers]
+        )
+
+
+@contextmanager
+def _cache_kept(decoder: torch.nn.Module):
+    """Let checkpointed decoder layers keep the `_PromptCache` during the shared prompt forward.
+
+    Under gradient checkpointing HF's `GradientCheckpointingLayer` drops a layer's cache unless
+    the layer sets ``_can_checkpoint_with_cache`` (for layers that only read it, so the replay
+    in backward reads the same states). `_PromptCache` makes every layer such a reader, so the
+    flag is set on each checkpointed layer for the two calls (the replays use the cache the
+    calls were given). The keys and values leave the checkpointed region by the cache, not as
+    its output, which only non-reentrant checkpointing differentiates: with a reentrant one, or
+    a transformers without the flag, this raises instead of training on wrong gradients.
+    """
+    active = torch.is_grad_enabled()
+    layers = [
+        m
+        for m in decoder.modules()
+        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing and m.training
+    ]
+    if active and layers:
+        layer, checkpoint = layers[0], layers[0]._gradient_checkpointing_func
+        if not hasattr(layer, "_can_checkpoint_with_cache"):
+            raise RuntimeError(
+                "optim.share_prompt_forward with model.gradient_checkpointing=true needs a "
+                "transformers whose GradientCheckpointingLayer keeps a read-only cache "
+                f"(_can_checkpoint_with_cache; {type(layer).__name__} has none); upgrade "
+                "transformers or set optim.share_prompt_forward=false"
+            )
+        if getattr(checkpoint, "keywords", {}).get("use_reentrant", True) is not False:
+            raise RuntimeError(
+                "optim.share_prompt_forward under gradient checkpointing needs non-reentrant "
+                "checkpointing (use_reentrant=False, as rlkit enables it): a reentrant one does "
+                "not differentiate the prompt keys and values the completion reads"
+            )
+    flagged = [m for m in layers if not m._can_checkpoint_with_cache] if active else []
+    for m in flagged:
+        m._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for m in flagged:
+            del m._can_checkpoint_with_cache
 
 
 def _cache_keyword(decoder: torch.nn.Module) -> str:

@@ -24,6 +24,12 @@ counted from the shapes, in bytes:
   projection's input to fp32), the final hidden states and their gradient, and one chunk's
   logits with their gradient.
 
+With ``optim.share_prompt_forward`` the log-prob pass and the train micro-batch also hold each
+row's copy of its prompt's keys and values in every layer (the completion pass reads them, and
+under checkpointing the replay in backward reads them again), counted as if no row shared its
+prompt's other tensors: a bound, since the pass falls back to the plain forward when no prompt
+repeats in a micro-batch.
+
 Every phase's peak is the resident weights + adapter + optimizer state plus the phase's own
 tensors. With ``rollout.engine: vllm`` the training rollouts are vLLM's, inside the
 ``rollout.vllm_memory`` share of the GPU that the other phases must leave free. Prompt length is not in the config: ``prompt_tokens`` (default 512) is assumed. The
@@ -207,6 +213,13 @@ class MemoryPlan:
         """Keys and values of every layer for ``rows`` × ``tokens`` positions."""
         return 2 * self.shape.layers * self.shape.kv_dim * self.dtype_bytes * rows * tokens
 
+    def shared_prompt(self, rows: int) -> float:
+        """The shared prompt forward's per-row copies of the prompt keys and values (0 when
+        ``optim.share_prompt_forward`` is off; rlkit.logprobs._PromptCache)."""
+        if not self.cfg.optim.share_prompt_forward:
+            return 0.0
+        return self.kv_cache(rows, self.prompt_tokens)
+
     def generation(self, rows: int) -> float:
         s, b = self.shape, self.dtype_bytes
         kv = self.kv_cache(rows, self.prompt_tokens + self.completion_tokens)
@@ -234,7 +247,7 @@ class MemoryPlan:
         layer = rows * tokens * self._layer_activation_bytes()
         dequant = s.largest_linear * b if self.cfg.model.mode == "qlora" else 0
         head = self._head_chunk(rows, min(chunk, self.completion_tokens), entropy, grad=False)
-        return self.resident() + hidden + max(layer, head) + dequant
+        return self.resident() + hidden + max(layer, head) + dequant + self.shared_prompt(rows)
 
     def train(self, rows: int, chunk: int) -> float:
         s, m, b = self.shape, self.cfg.model, self.dtype_bytes
@@ -249,7 +262,7 @@ class MemoryPlan:
         final = 2 * tokens * s.hidden * b  # final hidden states and their gradient
         head = self._head_chunk(rows, min(chunk, self.completion_tokens), False, grad=True)
         dequant = s.largest_linear * b if m.mode == "qlora" else 0
-        return self.resident() + stored + final + head + dequant
+        return self.resident() + stored + final + head + dequant + self.shared_prompt(rows)
 
     # ------------------------------------------------------------------ table
     def settings(self) -> dict[str, int]:

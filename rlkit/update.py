@@ -208,7 +208,7 @@ class PolicyUpdate:
             for epoch in range(opt.update_epochs):
                 order = torch.randperm(rows)
                 for start in range(0, rows, mini):
-                    mb = order[start : start + mini]
+                    mb = self.micro_order(order[start : start + mini], micro, batch.group_size)
                     mb_tokens = self.dist.all_reduce_sum(mask[mb].sum()).clamp_min(1)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss_total, parts = 0.0, []
@@ -379,6 +379,19 @@ class PolicyUpdate:
         if k == 0:  # no pair: no update, and no pair statistics to average
             stats |= dict.fromkeys(DPO_METRICS, math.nan)
         return UpdateResult(stats, batch.old)
+
+    def micro_order(self, mb: torch.Tensor, micro: int, group_size: int) -> torch.Tensor:
+        """The mini-batch's rows in the order its micro-batches take them: as drawn, or with
+        ``optim.share_prompt_forward`` (when the mini-batch is split) in prompt order, so that a
+        group's rows share a micro-batch and its prompt runs through the model once there
+        (`rlkit.logprobs._completion_states`). Which rows form the mini-batch does not change,
+        so neither do its gradient and metrics, up to float rounding; Clip-Cov and KL-Cov
+        select tokens by micro-batch statistics (docs/algorithms.md §4b), so they keep the
+        drawn order."""
+        opt = self.cfg.optim
+        if not opt.share_prompt_forward or micro >= len(mb) or self.cfg.loss.loss_mode != "vanilla":
+            return mb
+        return mb[torch.sort(mb // group_size, stable=True).indices]  # rows of a group are adjacent
 
     def value_loss(
         self, values: torch.Tensor, sub: TrainBatch, mb_tokens: torch.Tensor

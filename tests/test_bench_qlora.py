@@ -1,9 +1,12 @@
-"""The GPU proof script's CPU smoke mode: the same code path on tiny shapes (benchmarks/)."""
+"""The GPU proof script's CPU smoke mode: the same code path on tiny shapes (benchmarks/), and
+its arm logic (parsing, skipping, the time budget) without a model."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,15 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_qlora_8b.py"
 def load_bench():
     spec = importlib.util.spec_from_file_location("gpu_qlora_8b", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclass looks its module up
     spec.loader.exec_module(bench)
     return bench
+
+
+def tiny_args(tmp_path, *arms: str, budget: float = 600) -> list[str]:
+    args = ["--tiny", "--device", "cpu", "--out", str(tmp_path / "out")]
+    args += ["--work-dir", str(tmp_path / "models"), "--budget-s", str(budget)]
+    return [*args, *(a for arm in arms for a in ("--arm", arm))]
 
 
 def test_a_phase_called_inside_another_is_not_measured_on_its_own():
@@ -30,33 +40,90 @@ def test_a_phase_called_inside_another_is_not_measured_on_its_own():
     assert len(meter.records["logprob"]) == 1 and "score" not in meter.records
 
 
+def test_an_arm_is_one_line_of_overrides_and_the_benchmarks_own_keys(monkeypatch):
+    bench = load_bench()
+    arm = bench.Arm.parse("rows=128 memory_gib=24 steps=2 rollout.engine=hf_static a.b=true")
+    assert (arm.rows, arm.memory_gib, arm.steps, arm.engine) == (128, 24.0, 2, "hf_static")
+    assert arm.overrides == ("rollout.engine=hf_static", "a.b=true")
+    plain = bench.Arm.parse("optim.share_prompt_forward=false")
+    assert (plain.rows, plain.memory_gib, plain.steps, plain.engine) == (16, None, None, "hf")
+    with pytest.raises(ValueError, match="'rows' is not key=value"):
+        bench.Arm.parse("rows rollout.engine=hf")
+    assert all(bench.Arm.parse(line).rows % 8 == 0 for line in bench.ARMS)
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None)
+    assert "vLLM is not importable" in bench.Arm.parse("rollout.engine=vllm").unavailable()
+    assert bench.Arm.parse("rollout.engine=hf_static").unavailable() is None
+
+
+def test_arms_past_the_time_budget_are_skipped_and_the_table_still_written(tmp_path):
+    bench = load_bench()
+    arms = ("rows=16 rollout.engine=hf", "rows=16 rollout.engine=vllm")
+    report = bench.main(tiny_args(tmp_path, *arms, budget=1))
+    assert [e["status"] for e in report["arms"]] == ["skipped", "skipped"]
+    assert report["arms"][0]["reason"].startswith("time budget: about")
+    assert not (tmp_path / "models" / "qwen3-8b").exists()  # nothing was built
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "`rows=16 rollout.engine=hf` | skipped: time budget" in table
+    assert "16 rows: step_s ≤ 25: not measured" in table
+    assert (tmp_path / "out" / f"{bench.dated_name(report)}.md").read_text() == table
+
+
+def test_an_arm_running_past_the_budget_is_cut_off_and_none_starts_after(tmp_path, monkeypatch):
+    bench = load_bench()
+    monkeypatch.setattr(bench, "PRIORS", {"decode_s": {"hf": 0.0}, "row_s": 0.0, "load_s": 0.0})
+    monkeypatch.setattr(bench, "save_random_model", lambda *args: tmp_path)
+    monkeypatch.setattr(bench, "run_arm", lambda *args: time.sleep(60))
+    start = time.perf_counter()
+    arms = ("rows=16 rollout.engine=hf", "rows=16 rollout.engine=hf_static")
+    report = bench.main(tiny_args(tmp_path, *arms, budget=1))
+    assert time.perf_counter() - start < 10
+    assert [e["status"] for e in report["arms"]] == ["cut off"]
+    assert "cut off: the time budget ran out" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_engines_side_by_side_with_their_mismatch(tmp_path):
+    """Every engine reports its sampler/trainer mismatch (loss.tis_cap on for every arm) and its
+    ratio to the HF arm beside it."""
+    bench = load_bench()
+    arms = ("rows=16 rollout.engine=hf", "rows=16 rollout.engine=hf_static")
+    bench.main(tiny_args(tmp_path, *arms))
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    hf, static = report["arms"]
+    assert hf["status"] == static["status"] == "done"
+    for entry in (hf, static):
+        assert entry["mismatch"][bench.CLIPPED] == 0.0
+        assert entry["mismatch"][bench.DIFFERENCE] >= 0.0
+    assert bench.baseline(report, static) is bench.baseline(report, hf) is not None
+    table = (tmp_path / "out" / "results.md").read_text()
+    row = next(
+        line for line in table.splitlines() if "`rows=16 rollout.engine=hf_static` |" in line
+    )
+    speedup = row.split(" | ")[6]  # generation tokens/s × hf
+    assert float(speedup) > 0
+    assert "TIS clips < 1% of tokens, `rows=16 rollout.engine=hf`: 0.00%, met" in table
+
+
 @pytest.mark.slow
 def test_tiny_cpu_run_trains_every_lora_matrix_and_writes_the_tables(tmp_path):
     bench = load_bench()
-    args = ["--tiny", "--device", "cpu", "--models", "qwen3-8b", "--out", str(tmp_path / "out")]
-    bench.main([*args, "--work-dir", str(tmp_path / "models")])
+    arms = ("rows=16 steps=2 rollout.engine=hf", "rows=32 memory_gib=24 rollout.engine=hf_static")
+    bench.main(tiny_args(tmp_path, *arms))
     report = json.loads((tmp_path / "out" / "results.json").read_text())
-    result = report["models"]["qwen3-8b"]
-    assert result["rows"] == 16 and result["mean_completion_tokens"] > 0
+    first, budgeted = report["arms"]
+    assert first["rows"] == 16 and first["mean_completion_tokens"] > 0
     # LoRA-B starts at 0: at the second step every B and every A matrix has a gradient
-    assert result["all_lora_b_nonzero"] and result["all_lora_a_nonzero"]
-    assert set(result["lora_grad_norms"]["lora_B"]) == set(bench.PROJECTIONS)
-    assert all(v["plan"] > 0 and v["measured"] is None for v in result["phases"].values())
-    assert result["generation_tokens_per_s"] > 0 and result["update_s"] > 0
-    variants = result["generation_variants"]
+    assert first["all_lora_b_nonzero"] and first["all_lora_a_nonzero"]
+    assert budgeted["all_lora_a_nonzero"] is None  # one step: A has no gradient yet
+    assert set(first["lora_grad_norms"]["lora_B"]) == set(bench.PROJECTIONS)
+    assert all(v["plan"] > 0 and v["measured"] is None for v in first["phases"].values())
+    assert first["generation_tokens_per_s"] > 0 and first["update_s"] > 0
+    variants = first["generation_variants"]  # HF's generate options, on the first arm only
     assert set(variants) == {"dynamic", "static", "no_adapter", "static_loop"}
     assert all(v["tokens_per_s"] > 0 for v in variants.values()), variants
+    assert budgeted["generation_variants"] == {}
+    # 24 GiB sizes the batches (tiny: every row fits one call); the CPU enforces no budget
+    assert (budgeted["memory_gib"], budgeted["generate_calls"]) == (24.0, 1)
     table = (tmp_path / "out" / "results.md").read_text()
-    assert "| lora_B |" in table and "plan MiB" in table
+    assert "| lora_B |" in table and "plan MiB" in table and "24 GiB budget" in table
     assert not (tmp_path / "models" / "qwen3-8b").exists()  # the random checkpoint is removed
-    assert result["mismatch"] == {}  # the HF engine: no sampler correction, no mismatch logged
-
-
-def test_the_static_engine_reports_its_mismatch(tmp_path):
-    bench = load_bench()
-    args = ["--tiny", "--device", "cpu", "--models", "qwen3-8b", "--out", str(tmp_path / "out")]
-    bench.main([*args, "--engine", "hf_static", "--work-dir", str(tmp_path / "models")])
-    report = json.loads((tmp_path / "out" / "results.json").read_text())
-    mismatch = report["models"]["qwen3-8b"]["mismatch"]
-    assert mismatch["sampling/importance_sampling_ratio/clipped_fraction"] == 0.0
-    assert "sampling/sampling_logp_difference/mean" in (tmp_path / "out" / "results.md").read_text()
+    assert not list((tmp_path / "models").glob("qwen3-8b-run-*"))  # and the arms' run dirs

@@ -147,14 +147,15 @@ def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
         load_config("tiny-cpu", [shift, "task.name=gsm8k"])
 
 
-def test_shared_prompt_forward_refuses_gradient_checkpointing():
-    with pytest.raises(
-        ValueError, match="optim.share_prompt_forward=true with model.gradient_checkpointing"
+def test_shared_prompt_forward_combines_with_gradient_checkpointing():
+    """The read-only prompt cache (rlkit.logprobs._PromptCache) lets the 8B presets use both."""
+    both = ["optim.share_prompt_forward=true", "model.gradient_checkpointing=true"]
+    for cfg in (
+        load_config("tiny-cpu", both),
+        load_config("qwen3-8b-qlora"),
+        load_config("llama3-8b-qlora"),
     ):
-        load_config(
-            "tiny-cpu", ["optim.share_prompt_forward=true", "model.gradient_checkpointing=true"]
-        )
-    assert load_config("tiny-cpu", ["optim.share_prompt_forward=true"]).optim.share_prompt_forward
+        assert cfg.optim.share_prompt_forward and cfg.model.gradient_checkpointing
 
 
 @pytest.mark.parametrize(

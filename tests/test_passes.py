@@ -149,6 +149,9 @@ SHARED_PROMPT_CASES = {
     "lora": ["model.mode=lora", "model.lora_r=4"],
     "micro-batched": ["optim.micro_batch_size=4"],  # shuffled rows: groups split across passes
     "every-pass-with-kl": ["optim.skip_redundant_passes=false", "loss.kl_coef=0.05"],
+    # checkpointed layers read the prompt from a cache their replay cannot rewrite
+    "checkpointed": ["model.gradient_checkpointing=true"],
+    "checkpointed-lora": ["model.mode=lora", "model.lora_r=4", "model.gradient_checkpointing=true"],
 }
 
 
@@ -194,6 +197,38 @@ def test_shared_prompt_forward_runs_each_prompt_once_in_training(tmp_path, tiny_
     # after generation: the training forward as a prompt pass over the distinct prompts and a
     # completion pass over every row, then the one-row finiteness check (nothing to share)
     assert rows_seen[-3:] == [prompts, prompts * group, 1]
+
+
+def test_shared_prompt_forward_gives_each_micro_batch_whole_groups(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """Micro-batches of G rows, split from the mini-batch in prompt order: each is one group, so
+    each training forward is a one-row prompt pass and a G-row completion pass (drawn in random
+    order, a micro-batch would rarely repeat a prompt)."""
+    overrides = ("optim.share_prompt_forward=true", "optim.micro_batch_size=4")
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
+    group = trainer.cfg.rollout.group_size
+    assert group == 4
+    calls = []
+    decoder = trainer.policy.model.get_decoder()
+    hook = decoder.register_forward_hook(
+        lambda m, i, kw, out: calls.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    train = trainer.update.forward.train
+
+    def marked(*args, **kwargs):
+        calls.append("micro-batch")
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.update.forward, "train", marked)
+    try:
+        trainer.step()
+    finally:
+        hook.remove()
+        trainer.close()
+    passes = [calls[i + 1 : i + 3] for i, c in enumerate(calls) if c == "micro-batch"]
+    assert len(passes) == trainer.cfg.rollout.num_prompts
+    assert all(rows == [1, group] for rows in passes), calls
 
 
 def test_a_clip_that_cannot_act_is_warned_about(tmp_path, tiny_model_dir):

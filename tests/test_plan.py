@@ -246,3 +246,36 @@ def test_the_static_engine_plans_its_generation_phase():
     cfg = load_config("qwen3-8b-qlora", ["rollout.engine=hf_static"])
     names = [p.name for p in build_plan(resolve_batch_sizes(cfg, 80 * GIB)[0]).phases()]
     assert "generation (128 rows)" in names  # its static cache is the plan's full-length KV
+
+
+def test_the_shared_prompt_forward_adds_each_rows_prompt_keys_and_values(
+    tiny_model_dir, monkeypatch
+):
+    """The log-prob and train phases grow by the per-row prompt cache the completion pass reads,
+    counted as the real `_PromptCache` the tiny model builds."""
+    import rlkit.logprobs as logprobs_module
+    from rlkit.logprobs import sequence_logprobs
+    from rlkit.rollout import generate_rollouts
+
+    model = LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    batch = generate_rollouts(model, tokenizer, ["1+2=", "3*4="] * 2, torch.ones(4), 3)
+    caches, for_rows = [], logprobs_module._PromptCache.for_rows
+    monkeypatch.setattr(
+        logprobs_module._PromptCache,
+        "for_rows",
+        lambda self, *args: caches.append(for_rows(self, *args)) or caches[-1],
+    )
+    with torch.no_grad():
+        sequence_logprobs(model, batch, share_prompts=True)
+    real = sum(la.keys.nbytes + la.values.nbytes for la in caches[0].layers)
+    overrides = ["model.compute_dtype=float32"]
+    plain = tiny_plan(tiny_model_dir, *overrides, prompt_tokens=batch.prompt_length)
+    shared = tiny_plan(
+        tiny_model_dir,
+        *overrides,
+        "optim.share_prompt_forward=true",
+        prompt_tokens=batch.prompt_length,
+    )
+    assert shared.logprob(4, 8, False) - plain.logprob(4, 8, False) == real > 0
+    assert shared.train(4, 8) - plain.train(4, 8) == real

@@ -205,14 +205,17 @@ def test_qlora_frozen_weights_run_in_the_compute_dtype_and_every_lora_b_trains(b
     assert all(g is not None and g.abs().sum() > 0 for g in grads.values()), grads.keys()
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
 def test_shared_prompt_forward_gives_the_same_lora_gradients_through_4bit_layers(
-    tiny_4bit_model_dir,
+    tiny_4bit_model_dir, checkpointing
 ):
-    """`optim.share_prompt_forward` through NF4 layers (without checkpointing, which it excludes):
+    """`optim.share_prompt_forward` through NF4 layers, with and without gradient checkpointing:
     log-probs and every LoRA gradient equal the one-pass values up to float rounding."""
     import dataclasses
 
-    spec = dataclasses.replace(qlora_spec(tiny_4bit_model_dir), gradient_checkpointing=False)
+    spec = dataclasses.replace(
+        qlora_spec(tiny_4bit_model_dir), gradient_checkpointing=checkpointing
+    )
     policy = load_policy(spec)
     batch = generate_rollouts(
         policy.model, policy.tokenizer, PROMPTS * 2, torch.ones(8), 12, generator_seed=0

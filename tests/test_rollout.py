@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import rlkit.logprobs as logprobs_module
 from rlkit.logprobs import sequence_logprobs
 from rlkit.rollout import (
     RolloutBatch,
@@ -433,9 +434,87 @@ def test_shared_prompt_forward_runs_each_distinct_prompt_once(tiny_model, tiny_t
     assert torch.equal(alone, plain)
 
 
-def test_shared_prompt_forward_needs_the_key_value_cache(tiny_model, tiny_tokenizer):
+def checkpointed(model: torch.nn.Module, reentrant: bool = False) -> torch.nn.Module:
+    """``model`` in train mode with every decoder layer checkpointed."""
+    model.activation_checkpointing_enable(
+        activation_checkpointing_kwargs={"use_reentrant": reentrant}
+    )
+    return model.train()
+
+
+@pytest.mark.parametrize("options", [{}, {"micro_batch_size": 5, "chunk_size": 3}])
+def test_shared_prompt_forward_under_gradient_checkpointing_equals_one_pass_in_float64(
+    tiny_model, tiny_tokenizer, monkeypatch, options
+):
+    """Checkpointed layers keep the read-only prompt cache: shared log-probs, entropies and
+    gradients equal the checkpointed one-pass values, and each completion layer's replay in
+    backward reads the prompt keys the forward read (a cache it could append to would give the
+    replay other keys, and the comparison or the backward would fail)."""
+    prompts = [p for p in PROMPTS for _ in range(3)]
+    temperatures = torch.linspace(0.5, 2.0, len(prompts), dtype=torch.float64)
+    batch = generate_rollouts(
+        tiny_model, tiny_tokenizer, prompts, temperatures, 8, generator_seed=5
+    )
+    model = checkpointed(tiny_model.double())
+    reads, update = [], logprobs_module._ReadOnlyPrompt.update
+
+    def reading(layer, keys, values, *args, **kwargs):
+        reads.append((id(layer), layer.keys, keys.shape))
+        return update(layer, keys, values, *args, **kwargs)
+
+    monkeypatch.setattr(logprobs_module._ReadOnlyPrompt, "update", reading)
+    one_pass = grads_of(model, batch, temperatures, **options)
+    assert not reads
+    shared = grads_of(model, batch, temperatures, share_prompts=True, **options)
+    micro_batches = -(-len(batch) // options.get("micro_batch_size", len(batch)))
+    assert (
+        len(reads) == 2 * model.config.num_hidden_layers * micro_batches
+    )  # the forward and the replay of each layer
+    for layer in {r[0] for r in reads}:
+        (_, first, shape), (_, again, replayed) = [r for r in reads if r[0] == layer]
+        assert again is first and replayed == shape
+    assert any(g.abs().sum() > 0 for g in one_pass[2])
+    torch.testing.assert_close(shared[0], one_pass[0], atol=1e-8, rtol=0)
+    torch.testing.assert_close(shared[1], one_pass[1], atol=1e-8, rtol=0)
+    for a, b in zip(shared[2], one_pass[2]):  # float32 RMSNorm: see the test above
+        torch.testing.assert_close(a, b, atol=1e-6 * float(b.abs().max()), rtol=0)
+
+
+def test_a_prompt_cache_the_replay_appends_to_fails_the_backward(
+    tiny_model, tiny_tokenizer, monkeypatch
+):
+    """What the read-only cache prevents: with HF's growing cache layer in its place, the
+    checkpoint replay of a completion layer attends to the completion's keys twice, and the
+    backward fails (the forward itself runs)."""
     batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 4)
-    tiny_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    tiny_model.train()
-    with pytest.raises(RuntimeError, match="optim.share_prompt_forward"):
+    model = checkpointed(tiny_model)
+    monkeypatch.setattr(
+        logprobs_module._ReadOnlyPrompt, "update", logprobs_module.DynamicLayer.update
+    )
+    logp, _ = sequence_logprobs(model, batch, share_prompts=True)
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        logp.sum().backward()
+
+
+def test_shared_prompt_forward_refuses_reentrant_checkpointing(tiny_model, tiny_tokenizer):
+    """A reentrant checkpoint runs the layers without grad, so the prompt keys the completion
+    reads would carry no gradient: refused, not trained on."""
+    batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 4)
+    model = checkpointed(tiny_model, reentrant=True)
+    with pytest.raises(RuntimeError, match="non-reentrant"):
+        sequence_logprobs(model, batch, share_prompts=True)
+    with torch.no_grad():  # nothing is checkpointed without grad
+        sequence_logprobs(model, batch, share_prompts=True)
+
+
+def test_shared_prompt_forward_needs_every_layers_keys_and_values(
+    tiny_model, tiny_tokenizer, monkeypatch
+):
+    """A decoder layer that does not pass its keys and values through the cache (another
+    attention, or one that drops the cache) cannot share its prompt: a clear error."""
+    batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 4)
+    attention = tiny_model.model.layers[1].self_attn
+    forward = attention.forward
+    monkeypatch.setattr(attention, "forward", lambda *a, cache=None, **kw: forward(*a, **kw))
+    with pytest.raises(RuntimeError, match="LlamaModel passed 1 of 2 layers"):
         sequence_logprobs(tiny_model, batch, share_prompts=True)
