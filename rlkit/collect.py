@@ -120,6 +120,7 @@ class Collector:
                     top_k=ro.top_k,
                     record_logprobs=self.record_logprobs,
                     engine=ro.engine,
+                    compile_step=ro.compile,
                 )
         with self.phases("score"):
             scored = self.scorer.score(

@@ -33,6 +33,7 @@ from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
+from rlkit.fused_lora import fused_lora, resolve_fuse_lora
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
@@ -69,6 +70,16 @@ def resolve_model_path(cfg: TrainConfig) -> str:
     from rlkit.models.tiny import shipped_tiny_policy
 
     return str(shipped_tiny_policy())
+
+
+@contextlib.contextmanager
+def _sampling_weights(parallel: torch.nn.Module | None, fused: torch.nn.Module | None):
+    """The weights generation and evaluation sample with: the full ones (FSDP2 unsharded,
+    `rlkit.parallel.unsharded`) and, when ``fused`` names the policy, its fused LoRA path
+    (`rlkit.fused_lora`, whose copies are refreshed from those full weights on entry)."""
+    with unsharded(parallel):
+        with fused_lora(fused) if fused is not None else contextlib.nullcontext():
+            yield
 
 
 class Trainer:
@@ -141,7 +152,11 @@ class Trainer:
             self.parallel = wrap(
                 self.policy.model, cfg.parallel.strategy, self.dist, self.policy.value_head
             )
-        self.full_weights = partial(unsharded, self.parallel)
+        # sampling runs on the full weights, through fused LoRA under rollout.fuse_lora
+        fuse = resolve_fuse_lora(cfg.rollout.fuse_lora, cfg.rollout.engine, cfg.model.mode)
+        self.full_weights = partial(
+            _sampling_weights, self.parallel, self.policy.model if fuse else None
+        )
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)

@@ -1,0 +1,233 @@
+"""Fused LoRA for sampling (rollout.fuse_lora, rlkit.fused_lora) against peft's own forward:
+per projection in float64 (one forward), sampled tokens on the static loop, the copies after an
+optimizer step, training gradients, the layers it leaves to peft, and the config knobs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from rlkit.config import load_config
+from rlkit.fused_lora import FusedLoRA, fused_lora, resolve_fuse_lora
+from rlkit.logprobs import sequence_logprobs
+from rlkit.models.loading import ModelSpec, load_policy
+from rlkit.rollout import generate_rollouts
+from tests.test_qlora import LINEAR_NAMES, qlora_spec
+
+PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
+
+
+def randomize_lora_b(model: torch.nn.Module, seed: int = 0) -> None:
+    """peft starts every B at zero (LoRA adds nothing): give the adapters something to add."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.3)
+
+
+def lora_model(model_dir: str, dtype: str = "float64", **spec) -> torch.nn.Module:
+    policy = load_policy(ModelSpec(model_dir, mode="lora", lora_r=4, compute_dtype=dtype, **spec))
+    randomize_lora_b(policy.model)
+    return policy
+
+
+def projection_outputs(model: torch.nn.Module, inputs: dict) -> dict[str, torch.Tensor]:
+    """Each LoRA projection's output in one no-grad eval forward."""
+    outputs, hooks = {}, []
+    for name, module in model.named_modules():
+        if name.endswith(LINEAR_NAMES) and hasattr(module, "lora_A"):
+            hook = module.register_forward_hook(
+                lambda m, args, out, name=name: outputs.__setitem__(name, out.clone())
+            )
+            hooks.append(hook)
+    with torch.no_grad():
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    return outputs
+
+
+def encoded(tokenizer) -> dict:
+    return dict(tokenizer(PROMPTS, return_tensors="pt", padding=True, padding_side="left"))
+
+
+def assert_fused_equals_peft(model, tokenizer, tol: float) -> FusedLoRA:
+    """Each projection's output within ``tol`` of peft's, relative to its largest entry."""
+    model.eval()
+    peft_out = projection_outputs(model, encoded(tokenizer))
+    with fused_lora(model) as fused:
+        fused_out = projection_outputs(model, encoded(tokenizer))
+    assert set(fused_out) == set(peft_out) and len(peft_out) == 2 * len(LINEAR_NAMES)
+    for name, out in peft_out.items():
+        assert (fused_out[name] - out).abs().max() <= tol * out.abs().max(), name
+    return fused
+
+
+def test_fused_projections_equal_peft_in_float64(tiny_model_dir):
+    policy = lora_model(tiny_model_dir)
+    model = policy.model
+    fused = assert_fused_equals_peft(model, policy.tokenizer, tol=1e-12)
+    # q/k/v and gate/up share one x @ cat(A)^T per decoder layer; o and down are alone
+    leaves = [[layer.base_layer for layer, _ in group.layers] for group in fused.groups]
+    layer0 = model.base_model.model.model.layers[0]
+    attention, mlp = layer0.self_attn, layer0.mlp
+    assert [
+        attention.q_proj.base_layer,
+        attention.k_proj.base_layer,
+        attention.v_proj.base_layer,
+    ] in leaves
+    assert [mlp.gate_proj.base_layer, mlp.up_proj.base_layer] in leaves
+    assert [attention.o_proj.base_layer] in leaves and [mlp.down_proj.base_layer] in leaves
+    assert len(fused.groups) == 4 * 2 and not fused.skipped
+    assert fused.groups[0].a.dtype == torch.float64
+    # and the context leaves peft's forward behind
+    assert not any("forward" in m.__dict__ for m in model.modules() if hasattr(m, "lora_A"))
+
+
+def test_the_fused_path_is_what_runs_inside_the_context(tiny_model_dir):
+    policy = lora_model(tiny_model_dir)
+    model = policy.model.eval()
+    peft_out = projection_outputs(model, encoded(policy.tokenizer))
+    with fused_lora(model) as fused:
+        group = next(g for g in fused.groups if len(g.layers) == 3)
+        group.b[1].zero_()  # k's B, in the copy only
+        fused_out = projection_outputs(model, encoded(policy.tokenizer))
+    qkv = [f"base_model.model.model.layers.0.self_attn.{p}_proj" for p in "qkv"]
+    error = [float((fused_out[name] - peft_out[name]).abs().max()) for name in qkv]
+    assert error[0] < 1e-12 and error[1] > 0.1 and error[2] < 1e-12  # (all after k changes too)
+
+
+def test_qlora_fused_projections_equal_peft(tiny_4bit_model_dir):
+    policy = load_policy(qlora_spec(tiny_4bit_model_dir))
+    randomize_lora_b(policy.model)
+    fused = assert_fused_equals_peft(policy.model, policy.tokenizer, tol=1e-5)
+    assert len(fused.groups) == 4 * 2 and not fused.skipped
+
+
+def test_static_loop_samples_the_same_tokens_with_fusion(tiny_model_dir):
+    policy = lora_model(tiny_model_dir)
+    args = (policy.model, policy.tokenizer, PROMPTS, torch.tensor([0.7, 1.0, 1.3, 1.0]), 8)
+    plain = generate_rollouts(*args, generator_seed=3, engine="hf_static")
+    with fused_lora(policy.model):
+        fused = generate_rollouts(*args, generator_seed=3, engine="hf_static")
+    assert torch.equal(fused.input_ids, plain.input_ids)
+    assert torch.allclose(fused.sampler_logp, plain.sampler_logp, rtol=0, atol=1e-12)
+
+
+def test_the_copies_follow_an_optimizer_step(tiny_model_dir):
+    """The copies are built once per model and refreshed on every entry: after a step they hold
+    the new adapter weights (a stale copy would sample the old policy)."""
+    policy = lora_model(tiny_model_dir)
+    model, tokenizer = policy.model, policy.tokenizer
+    first = assert_fused_equals_peft(model, tokenizer, tol=1e-12)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.05)
+    batch = generate_rollouts(model, tokenizer, PROMPTS, torch.ones(4), 4, generator_seed=0)
+    logp, _ = sequence_logprobs(model.train(), batch, batch.temperatures)
+    logp[batch.completion_mask].sum().neg().backward()
+    optimizer.step()
+    assert_fused_equals_peft(model, tokenizer, tol=1e-12)
+    with fused_lora(model) as again:
+        assert again is first  # the same copies, refreshed in place
+
+
+def test_training_forward_and_gradients_are_peft_s_inside_the_context(tiny_model_dir):
+    policy = lora_model(tiny_model_dir)
+    model, tokenizer = policy.model, policy.tokenizer
+    batch = generate_rollouts(model, tokenizer, PROMPTS, torch.ones(4), 4, generator_seed=0)
+
+    def gradients():
+        model.zero_grad()
+        logp, _ = sequence_logprobs(model.train(), batch, batch.temperatures)
+        logp[batch.completion_mask].sum().backward()
+        return logp.detach(), [p.grad.clone() for p in policy.trainable_parameters()]
+
+    logp, grads = gradients()
+    with fused_lora(model):
+        fused_logp, fused_grads = gradients()
+    assert torch.equal(fused_logp, logp)
+    assert all(torch.equal(a, b) for a, b in zip(fused_grads, grads, strict=True))
+
+
+def test_a_dora_adapter_keeps_peft_s_forward_and_says_why(tiny_model):
+    tiny_model = tiny_model.double()
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=True)
+    model = get_peft_model(tiny_model, config).eval()
+    randomize_lora_b(model)
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 8]])}
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    with (
+        pytest.warns(
+            UserWarning, match=r"4 LoRA layer\(s\) keep peft's forward.*DoraLinearVariant"
+        ),
+        fused_lora(model) as fused,
+        torch.no_grad(),
+    ):
+        assert not fused.groups
+        assert torch.equal(model(**inputs).logits, expected)
+
+
+def test_fuse_lora_resolves_and_refuses_where_it_cannot_act():
+    assert resolve_fuse_lora("auto", "hf_static", "qlora")
+    assert not resolve_fuse_lora("auto", "hf_static", "full")
+    assert not resolve_fuse_lora("auto", "hf", "lora")
+    assert not resolve_fuse_lora(False, "hf_static", "lora")
+    lora = ["model.mode=lora", "model.name_or_path=/tmp"]
+    with pytest.raises(
+        ValueError, match=r"^rollout\.fuse_lora=True has no effect with rollout\.engine=hf"
+    ):
+        load_config("tiny-cpu", [*lora, "rollout.fuse_lora=true"])
+    with pytest.raises(
+        ValueError, match=r"^rollout\.compile=True has no effect with rollout\.engine=vllm"
+    ):
+        load_config("tiny-cpu", [*lora, "rollout.engine=vllm", "rollout.compile=true"])
+    with pytest.raises(
+        ValueError, match=r"^rollout\.fuse_lora=False has no effect with model\.mode=full"
+    ):
+        load_config("tiny-cpu", ["rollout.engine=hf_static", "rollout.fuse_lora=false"])
+    with pytest.raises(ValueError, match=r"rollout\.fuse_lora must be one of \['auto'\]"):
+        load_config("tiny-cpu", ["rollout.fuse_lora=always"])
+    cfg = load_config("tiny-cpu", [*lora, "rollout.engine=hf_static", "rollout.compile=true"])
+    assert cfg.rollout.fuse_lora == "auto" and cfg.rollout.compile is True
+
+
+def test_compile_on_the_cpu_decodes_eagerly_and_says_why(tiny_model, tiny_tokenizer):
+    args = (tiny_model, tiny_tokenizer, PROMPTS, torch.ones(4), 6)
+    eager = generate_rollouts(*args, generator_seed=2, engine="hf_static")
+    with pytest.warns(UserWarning, match="rollout.compile: .*needs CUDA.*no CUDA device.*eagerly"):
+        compiled = generate_rollouts(*args, generator_seed=2, engine="hf_static", compile_step=True)
+    assert torch.equal(compiled.input_ids, eager.input_ids)
+    with pytest.raises(ValueError, match="compile_step=True needs engine='hf_static'"):
+        generate_rollouts(*args, compile_step=True)
+
+
+def test_a_float64_run_samples_with_fresh_copies_after_every_step(tmp_path, tiny_model_dir):
+    """The trainer's sampler reads the adapters each step's update wrote: in float64 its
+    log-probs are the training forward's to rounding (of the float32 sampling scores, as HF's),
+    at a learning rate that moves them: a stale copy samples the previous step's policy."""
+    from rlkit.metrics import read_metrics
+    from rlkit.trainer import Trainer
+    from tests.test_trainer import make_config
+
+    cfg = make_config(
+        tmp_path,
+        tiny_model_dir,
+        "model.mode=lora",
+        "model.compute_dtype=float64",
+        "rollout.engine=hf_static",
+        "optim.lr=0.05",
+        "loss.kl_coef=0.5",  # a gradient even when every group's rewards tie
+        "steps=3",
+    )
+    trainer = Trainer(cfg)
+    randomize_lora_b(trainer.policy.model)
+    before = [p.detach().clone() for p in trainer.policy.trainable_parameters()]
+    trainer.train()
+    after = trainer.policy.trainable_parameters()
+    assert not all(torch.equal(a, b) for a, b in zip(after, before, strict=True))  # it learnt
+    rows = [r for r in read_metrics(tmp_path) if "sampling/sampling_logp_difference/mean" in r]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["sampling/sampling_logp_difference/mean"] < 1e-6  # stale: about 1.7
