@@ -8,11 +8,13 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from rlkit import static_decode
 from rlkit.config import load_config
 from rlkit.fused_lora import FusedLoRA, fused_lora, resolve_fuse_lora
 from rlkit.logprobs import sequence_logprobs
 from rlkit.models.loading import ModelSpec, load_policy
 from rlkit.rollout import generate_rollouts
+from rlkit.static_decode import StaticDecoder
 from tests.test_qlora import LINEAR_NAMES, qlora_spec
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
@@ -150,21 +152,38 @@ def test_training_forward_and_gradients_are_peft_s_inside_the_context(tiny_model
     assert all(torch.equal(a, b) for a, b in zip(fused_grads, grads, strict=True))
 
 
-def test_a_dora_adapter_keeps_peft_s_forward_and_says_why(tiny_model):
-    tiny_model = tiny_model.double()
-    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=True)
-    model = get_peft_model(tiny_model, config).eval()
+def test_ranks_and_alphas_that_differ_per_projection_fuse_exactly(tiny_model, tiny_tokenizer):
+    """cat(A) takes each layer's rank as its slice, and each B its own scaling."""
+    config = LoraConfig(
+        r=4, target_modules="all-linear", rank_pattern={"k_proj": 2}, alpha_pattern={"v_proj": 3}
+    )
+    model = get_peft_model(tiny_model.double(), config)
     randomize_lora_b(model)
+    fused = assert_fused_equals_peft(model, tiny_tokenizer, tol=1e-12)
+    qkv = next(g for g in fused.groups if len(g.layers) == 3)
+    assert [s.stop - s.start for s in qkv.slices] == [4, 2, 4]
+    assert qkv.scaling == [8 / 4, 8 / 2, 3 / 4]
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        ("dora", r"4 LoRA layer\(s\) keep peft's forward.*is a DoraLinearVariant"),
+        ("merged", r"4 LoRA layer\(s\) keep peft's forward.*merged into the base weights"),
+    ],
+)
+def test_an_adapter_fusion_would_get_wrong_keeps_peft_s_forward_and_says_why(
+    tiny_model, setup, reason
+):
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=setup == "dora")
+    model = get_peft_model(tiny_model.double(), config).eval()
+    randomize_lora_b(model)
+    if setup == "merged":
+        model.merge_adapter()
     inputs = {"input_ids": torch.tensor([[5, 6, 7, 8]])}
     with torch.no_grad():
         expected = model(**inputs).logits
-    with (
-        pytest.warns(
-            UserWarning, match=r"4 LoRA layer\(s\) keep peft's forward.*DoraLinearVariant"
-        ),
-        fused_lora(model) as fused,
-        torch.no_grad(),
-    ):
+    with pytest.warns(UserWarning, match=reason), fused_lora(model) as fused, torch.no_grad():
         assert not fused.groups
         assert torch.equal(model(**inputs).logits, expected)
 
@@ -201,6 +220,36 @@ def test_compile_on_the_cpu_decodes_eagerly_and_says_why(tiny_model, tiny_tokeni
     assert torch.equal(compiled.input_ids, eager.input_ids)
     with pytest.raises(ValueError, match="compile_step=True needs engine='hf_static'"):
         generate_rollouts(*args, compile_step=True)
+
+
+def test_the_fused_decode_step_traces_whole_and_compiles_once(tiny_model_dir):
+    """What ``rollout.compile`` does on CUDA, with a CPU backend: dynamo traces the fused
+    forwards without a graph break, the compiled step gives the eager logits, and a later call
+    (a new cache, refreshed copies) reuses the compiled graph."""
+    import torch._dynamo
+
+    policy = lora_model(tiny_model_dir, dtype="float32")
+    model = policy.model.eval()
+    inputs = encoded(policy.tokenizer)
+    compiled = torch.compile(static_decode._decode_forward, backend="aot_eager", dynamic=False)
+
+    def decode(forward):
+        decoder = StaticDecoder(model, len(PROMPTS), inputs["input_ids"].shape[1], 3)
+        decoder.decode_forward = forward
+        with torch.no_grad(), fused_lora(model):
+            logits, steps = decoder.prefill(inputs["input_ids"], inputs["attention_mask"]), []
+            for _ in range(2):
+                logits = decoder.step(logits.argmax(-1))
+                steps.append(logits)
+            return torch.stack(steps)
+
+    torch._dynamo.reset()
+    eager = decode(static_decode._decode_forward)
+    assert torch.allclose(decode(compiled), eager, rtol=0, atol=1e-4)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert torch.allclose(decode(compiled), eager, rtol=0, atol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs == 1
+    assert not torch._dynamo.utils.counters["graph_break"]
 
 
 def test_a_float64_run_samples_with_fresh_copies_after_every_step(tmp_path, tiny_model_dir):
