@@ -165,16 +165,23 @@ class FusedLoRA:
             groups.setdefault(key, []).append((module, adapter))
         self.groups = [_Group(layers, self.dtype) for layers in groups.values()]
         self.signature = _signature(model)
+        self.swapped = False
 
     @contextlib.contextmanager
     def active(self) -> Iterator[FusedLoRA]:
+        """Refresh the copies and swap the fused forwards in (a nested entry: as it is)."""
+        if self.swapped:
+            yield self
+            return
         for group in self.groups:
             group.refresh()
         for group in self.groups:
             group.swap()
+        self.swapped = True
         try:
             yield self
         finally:
+            self.swapped = False
             for group in self.groups:
                 group.restore()
 

@@ -84,8 +84,16 @@ def test_fused_projections_equal_peft_in_float64(tiny_model_dir):
     assert [attention.o_proj.base_layer] in leaves and [mlp.down_proj.base_layer] in leaves
     assert len(fused.groups) == 4 * 2 and not fused.skipped
     assert fused.groups[0].a.dtype == torch.float64
-    # and the context leaves peft's forward behind
-    assert not any("forward" in m.__dict__ for m in model.modules() if hasattr(m, "lora_A"))
+    # a nested entry changes nothing, and the context leaves peft's forward behind
+    lora_layers = [m for m in model.modules() if hasattr(m, "lora_A")]
+    with fused_lora(model) as outer:
+        with fused_lora(model):
+            model(**encoded(policy.tokenizer))  # with gradients: peft's forward, as outside
+        swapped = [
+            (layer, g.forwards[i]) for g in outer.groups for i, (layer, _) in enumerate(g.layers)
+        ]
+        assert all(layer.forward is forward for layer, forward in swapped)
+    assert not any("forward" in m.__dict__ for m in lora_layers)
 
 
 def test_the_fused_path_is_what_runs_inside_the_context(tiny_model_dir):
