@@ -1,7 +1,9 @@
 """Prompts → scored groups (docs/algorithms.md §3 step 3, §4 DAPO dynamic sampling).
 
 :class:`Collector` is the step's sampler: it expands each prompt to G rows, generates them at the
-prompt's temperature (HF ``generate`` or the vLLM engine), scores them and shapes the rewards
+prompt's temperature (HF ``generate``, the static-cache loop or the vLLM engine; the HF paths
+optionally over the dequantized generation copy, `rlkit.generation_copy`), scores them and
+shapes the rewards
 (truncation, DAPO's overlong penalty). :meth:`Collector.draw` asks the method for a batch of
 groups (the method decides how: AGPO probes first) and, with DAPO's dynamic sampling, drops the
 groups of identical rewards and draws more prompts until P remain or ``max_gen_batches`` rounds
@@ -15,7 +17,7 @@ the refill decisions are the same everywhere, and each rank trains its share of 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -24,6 +26,8 @@ from rlkit.config import RolloutConfig, TrainConfig
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.dist import Collective, Local
+from rlkit.fused_lora import fused_lora, resolve_fuse_lora
+from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
@@ -46,6 +50,8 @@ class Collector:
         record_logprobs: bool = False,
         dist: Collective | None = None,
         full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        generation_copy: GenerationCopy | None = None,
+        fuse_lora: bool = False,
     ):
         self.policy, self.scorer, self.cfg, self.phases, self.engine = (
             policy,
@@ -58,6 +64,10 @@ class Collector:
         self.dist, self.full_weights = dist or Local(), full_weights
         # the sampler's log-probs, for truncated importance sampling (rlkit.tis)
         self.record_logprobs = record_logprobs
+        # the dequantized base HF sampling runs over, None: the training weights
+        self.generation_copy = generation_copy
+        # sample through fused LoRA projections (rlkit.fused_lora; rollout.fuse_lora resolved)
+        self.fuse_lora = fuse_lora
         self.probe_tokens = self.reward_failures = 0  # this draw's
 
     @classmethod
@@ -72,7 +82,8 @@ class Collector:
     ) -> Collector:
         """The run's collector: its reward scorer (in-process or a worker pool) and, with
         ``rollout.engine=vllm``, the vLLM engine, sized for the longest of ``prompts`` plus
-        ``rollout.max_new_tokens`` (no prompts: vLLM's default, the model's context)."""
+        ``rollout.max_new_tokens`` (no prompts: vLLM's default, the model's context); with
+        ``rollout.generation_copy=dequantized``, the copy (built here, once)."""
         engine = None
         if cfg.rollout.engine == "vllm":
             from rlkit.vllm_engine import VLLMEngine
@@ -88,8 +99,24 @@ class Collector:
             timeout_s=cfg.task.reward_timeout_s,
             on_error=cfg.task.on_reward_error,
         )
-        record = resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
-        return cls(policy, scorer, cfg.rollout, phases, engine, record, dist, full_weights)
+        ro = cfg.rollout
+        record = resolve_tis_cap(cfg.loss.tis_cap, ro.engine, ro.generation_copy) is not None
+        copy = GenerationCopy(policy.model) if ro.generation_copy == "dequantized" else None
+        fuse = resolve_fuse_lora(ro.fuse_lora, ro.engine, cfg.model.mode)
+        return cls(policy, scorer, ro, phases, engine, record, dist, full_weights, copy, fuse)
+
+    @contextlib.contextmanager
+    def sampling_weights(self) -> Iterator[None]:
+        """The weights HF sampling runs with (rollouts and evaluation): the generation copy's
+        dequantized base swapped in, or the training weights as they are; with ``fuse_lora``,
+        through fused LoRA projections whose copies are refreshed from the live adapters on
+        entry (inside ``full_weights``: FSDP2's unsharded ones)."""
+        with contextlib.ExitStack() as stack:
+            if self.generation_copy is not None:
+                stack.enter_context(self.generation_copy.sampling())
+            if self.fuse_lora:
+                stack.enter_context(fused_lora(self.policy.model))
+            yield
 
     def __call__(
         self,
@@ -108,7 +135,7 @@ class Collector:
         if self.engine is not None:
             rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
         else:
-            with self.full_weights():
+            with self.full_weights(), self.sampling_weights():
                 rollouts = generate_in_batches(
                     self.policy.model,
                     self.policy.tokenizer,

@@ -231,6 +231,10 @@ class RolloutConfig:
     # torch.compile hf_static's decode step (CUDA only: on the CPU it decodes eagerly, saying so)
     compile: bool = False
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
+    # none | dequantized: with model.mode=qlora, sample from the 4-bit base dequantized once to
+    # the compute dtype, under the live (unmerged) LoRA (rlkit.generation_copy; costs the
+    # linears in that dtype: 2 bytes a weight in bf16)
+    generation_copy: str = "none"
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -248,6 +252,7 @@ class RolloutConfig:
         _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
         if isinstance(self.fuse_lora, str):
             _choice("rollout.fuse_lora", self.fuse_lora, ("auto",))
+        _choice("rollout.generation_copy", self.generation_copy, ("none", "dequantized"))
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:
@@ -276,7 +281,8 @@ class LossConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 2e-3
     ppo_kl_coef: float = 1.0
-    # truncated importance sampling C (rlkit.tis): auto = 3 unless rollout.engine=hf | off | C > 0
+    # truncated importance sampling C (rlkit.tis): auto = 3 unless the sampler is the training
+    # forward (rollout.engine=hf without rollout.generation_copy) | off | C > 0
     tis_cap: float | str = "auto"
 
     def __post_init__(self):
@@ -699,11 +705,13 @@ def check_combination(cfg: TrainConfig) -> None:
             "layers drop the key/value cache the shared prompt forward passes on; turn one off"
         )
     if (
-        resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine) is not None
+        resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)
+        is not None
         and cfg.loss.ratio_temperature != "sampling"
     ):
         raise ValueError(
-            f"loss.tis_cap={cfg.loss.tis_cap} (on with rollout.engine={cfg.rollout.engine}) "
+            f"loss.tis_cap={cfg.loss.tis_cap} (on with rollout.engine={cfg.rollout.engine}, "
+            f"rollout.generation_copy={cfg.rollout.generation_copy}) "
             f"needs loss.ratio_temperature=sampling: the sampler's log-probs are at the sampling "
             f"temperature, π_old's at {cfg.loss.ratio_temperature}; set loss.tis_cap=off or "
             "loss.ratio_temperature=sampling"
@@ -864,6 +872,23 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             ro.engine == "vllm",
             "rollout.engine=vllm: vLLM batches the training rollouts itself",
             "leave it at 0 (rollout.vllm_memory bounds vLLM's memory)",
+        ),
+        (
+            "rollout",
+            ro,
+            ("generation_copy",),
+            model.mode != "qlora",
+            f"model.mode={model.mode}: there is no 4-bit base to dequantize (the sampler "
+            "already runs the compute-dtype weights)",
+            "set model.mode=qlora or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("generation_copy",),
+            model.mode == "qlora" and ro.engine == "vllm",
+            "rollout.engine=vllm: vLLM samples with its own copy of the weights",
+            "set rollout.engine=hf or hf_static, or leave it at its default",
         ),
         (
             "loss",

@@ -7,6 +7,9 @@ counted from the shapes, in bytes:
 - **weights**: 4-bit linears (QLoRA: NF4 packs 2 weights a byte, plus one 8-bit absmax per block
   of 64 with double quantization, plus an fp32 scale per 256 blocks), everything else in the
   compute dtype (`load_policy` casts the frozen non-4-bit weights back to it);
+- **generation copy** (``rollout.generation_copy=dequantized``, QLoRA): every 4-bit linear
+  dequantized to the compute dtype, resident for the whole run (`rlkit.generation_copy`); the
+  sampling phases then dequantize nothing;
 - **LoRA + optimizer**: fp32 adapter matrices, their gradients and AdamW's two moments;
 - **generation** (``rollout.generation_batch_size`` rows, or ``eval.batch_size`` for evaluation):
   the KV cache of prompt + completion tokens in the compute dtype, the prefill's MLP activations,
@@ -168,6 +171,12 @@ class MemoryPlan:
         copies = 2 if m.mode == "full" else 1  # full: a frozen reference copy
         return copies * (s.linear_params + s.other_params) * b
 
+    def generation_copy(self) -> float:
+        """The dequantized linears of ``rollout.generation_copy=dequantized`` (0 without it)."""
+        if self.cfg.model.mode != "qlora" or self.cfg.rollout.generation_copy == "none":
+            return 0.0
+        return self.shape.linear_params * self.dtype_bytes
+
     def trainable(self) -> float:
         """Trainable weights' gradients + AdamW moments (+ the fp32 adapter itself)."""
         s, m = self.shape, self.cfg.model
@@ -177,7 +186,7 @@ class MemoryPlan:
         return s.lora_params * 4 * 4 / shards  # weight, gradient, exp_avg, exp_avg_sq: fp32
 
     def resident(self) -> float:
-        return self.weights() + self.trainable()
+        return self.weights() + self.generation_copy() + self.trainable()
 
     # ----------------------------------------------------------------- phases
     @property
@@ -203,7 +212,8 @@ class MemoryPlan:
         kv = self.kv_cache(rows, self.prompt_tokens + self.completion_tokens)
         prefill = rows * self.prompt_tokens * self._layer_activation_bytes()
         scores = 3 * rows * s.vocab * 4
-        dequant = s.largest_linear * b if self.cfg.model.mode == "qlora" else 0
+        dequantizes = self.cfg.model.mode == "qlora" and not self.generation_copy()
+        dequant = s.largest_linear * b if dequantizes else 0
         return self.resident() + kv + max(prefill, scores) + dequant
 
     def _head_chunk(self, rows: int, positions: int, entropy: bool, grad: bool) -> float:
@@ -258,14 +268,22 @@ class MemoryPlan:
     def phases(self) -> list[Phase]:
         cfg, k = self.cfg, self.settings()
         entropy = self.passes.entropy
-        out = [
-            Phase("weights", self.weights(), "model.mode"),
+        out = [Phase("weights", self.weights(), "model.mode")]
+        if self.generation_copy():
+            out.append(
+                Phase(
+                    "weights + dequantized generation copy",
+                    self.weights() + self.generation_copy(),
+                    "rollout.generation_copy",
+                )
+            )
+        out.append(
             Phase(
                 "LoRA + optimizer" if cfg.model.mode != "full" else "grads + optimizer",
                 self.resident(),
                 "model.lora_r",
-            ),
-        ]
+            )
+        )
         if cfg.rollout.engine != "vllm":  # vLLM generates the training rollouts in its own share
             out.append(
                 Phase(
@@ -384,7 +402,8 @@ def resolve_batch_sizes(
     ``0`` does for the rollouts; the CPU has no device memory to bound the KV cache by. With
     ``world`` processes, each process's rows are sized.
     """
-    ro, ev = per_rank(cfg, world).rollout, per_rank(cfg, world).eval
+    shares = per_rank(cfg, world)
+    ro, ev = shares.rollout, shares.eval
     rows = {"rollout.generation_batch_size": ro.num_prompts * ro.group_size}
     rows["eval.batch_size"] = ev.num_problems * ev.k
     auto = [k for k in AUTO_KNOBS if _knob(cfg, k) == "auto"]
@@ -481,7 +500,39 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
             if current[knob] < value:
                 flag = "   <- can be raised" + (" (or auto)" if knob in AUTO_KNOBS else "")
             lines.append(f"  {knob}={value}   (now {current[knob]}){flag}")
+        if plan.cfg.model.mode == "qlora":
+            lines.append(generation_copy_fit(plan, budget, gpu_mem_gib))
     return "\n".join(lines)
+
+
+def generation_copy_fit(plan: MemoryPlan, budget: float, gpu_mem_gib: float) -> str:
+    """Whether ``rollout.generation_copy=dequantized`` fits ``budget`` bytes (with the copy off:
+    whether turning it on would), and whether ``model.mode=lora``, which dominates it wherever
+    it fits (its sampler is the training forward; nothing dequantizes in training), does."""
+    on = plan.cfg.rollout.generation_copy != "none"
+    copy = plan if on else _variant(plan, {"rollout.generation_copy": "dequantized"})
+    lora = _variant(plan, {"model.mode": "lora", "rollout.generation_copy": "none"})
+    return (
+        f"rollout.generation_copy=dequantized ({'on' if on else 'off'}; "
+        f"+{copy.generation_copy() / GIB:.1f} GiB resident): {_fit(copy, budget, gpu_mem_gib)}\n"
+        "model.mode=lora (better wherever it fits: its sampler is the training forward, no "
+        f"dequantization in training): {_fit(lora, budget, gpu_mem_gib)}"
+    )
+
+
+def _variant(plan: MemoryPlan, values: dict) -> MemoryPlan:
+    return MemoryPlan(_with_knobs(plan.cfg, values), plan.shape, plan.prompt_tokens, plan.world)
+
+
+def _fit(plan: MemoryPlan, budget: float, gpu_mem_gib: float) -> str:
+    """``plan`` against ``budget``: fits at its settings, with smaller batches (which), or not."""
+    if plan.peak() <= budget:
+        return f"fits {gpu_mem_gib:g} GiB at these settings"
+    current, fitting = plan.settings(), plan.largest_fitting(budget)
+    if plan.resident() <= budget and all(fitting.values()):
+        lower = ", ".join(f"{k}={v}" for k, v in fitting.items() if v < current[k])
+        return f"fits {gpu_mem_gib:g} GiB with {lower}"
+    return f"does not fit {gpu_mem_gib:g} GiB"
 
 
 def check_fits(plan: MemoryPlan, gpu_bytes: float, headroom: float = DEFAULT_HEADROOM) -> None:
@@ -500,6 +551,11 @@ def check_fits(plan: MemoryPlan, gpu_bytes: float, headroom: float = DEFAULT_HEA
             hint = f"set {phase.knob}={fitting[phase.knob]}"
         elif phase.knob in fitting:  # even one row does not fit
             hint = f"{phase.knob}=1 does not fit either: lower optim.logprob_chunk_size or rollout.max_new_tokens"
+        elif plan.generation_copy() and phase.knob != "model.mode":
+            hint = (
+                f"set rollout.generation_copy=none (its dequantized linears take "
+                f"{plan.generation_copy() / GIB:.1f} GiB)"
+            )
         else:
             hint = "use model.mode=qlora, a lower model.lora_r or a smaller model"
         raise ValueError(

@@ -10,8 +10,11 @@ multiplies each token's policy-gradient term by the detached weight
     w_t = min(π_old(y_t) / π_s(y_t), C)          C = ``loss.tis_cap``
 
 with both log-probs at the sampling temperature. ``loss.tis_cap: auto`` (the default) turns it on
-with C = 3 (TRL's ``vllm_importance_sampling_cap``) whenever the engine is not HF ``generate``,
-whose sampler *is* the training forward: there nothing is recorded and nothing changes. The
+with C = 3 (TRL's ``vllm_importance_sampling_cap``) whenever the sampler is not the training
+forward: an engine other than HF ``generate``, or HF ``generate`` over the dequantized generation
+copy (``rollout.generation_copy``, `rlkit.generation_copy`: plain linears where training runs
+bitsandbytes' kernels). HF ``generate`` on the training weights *is* the training forward: there
+nothing is recorded and nothing changes. The
 mismatch is logged under TRL's names (``sampling/sampling_logp_difference/*``,
 ``sampling/importance_sampling_ratio/*``) plus the share of clipped tokens.
 """
@@ -25,14 +28,19 @@ DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_cap
 SAME_FORWARD_ENGINES = ("hf",)
 
 
-def resolve_tis_cap(tis_cap: float | str, engine: str) -> float | None:
-    """C for ``loss.tis_cap`` with ``rollout.engine`` (None: no correction).
+def resolve_tis_cap(
+    tis_cap: float | str, engine: str, generation_copy: str = "none"
+) -> float | None:
+    """C for ``loss.tis_cap`` with ``rollout.engine`` and ``rollout.generation_copy`` (None: no
+    correction).
 
-    ``auto``: :data:`DEFAULT_TIS_CAP` unless the engine is HF ``generate``; ``off``: never; a
-    number C > 0: always (on the HF path the weights are then 1 up to kernel noise).
+    ``auto``: :data:`DEFAULT_TIS_CAP` unless the sampler is the training forward (HF
+    ``generate`` on the training weights: no generation copy); ``off``: never; a number C > 0:
+    always (on the HF path the weights are then 1 up to kernel noise).
     """
     if tis_cap == "auto":
-        return None if engine in SAME_FORWARD_ENGINES else DEFAULT_TIS_CAP
+        same = engine in SAME_FORWARD_ENGINES and generation_copy == "none"
+        return None if same else DEFAULT_TIS_CAP
     if tis_cap == "off":
         return None
     return float(tis_cap)

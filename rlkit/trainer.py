@@ -33,7 +33,6 @@ from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
-from rlkit.fused_lora import fused_lora, resolve_fuse_lora
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
@@ -70,16 +69,6 @@ def resolve_model_path(cfg: TrainConfig) -> str:
     from rlkit.models.tiny import shipped_tiny_policy
 
     return str(shipped_tiny_policy())
-
-
-@contextlib.contextmanager
-def _sampling_weights(parallel: torch.nn.Module | None, fused: torch.nn.Module | None):
-    """The weights generation and evaluation sample with: the full ones (FSDP2 unsharded,
-    `rlkit.parallel.unsharded`) and, when ``fused`` names the policy, its fused LoRA path
-    (`rlkit.fused_lora`, whose copies are refreshed from those full weights on entry)."""
-    with unsharded(parallel):
-        with fused_lora(fused) if fused is not None else contextlib.nullcontext():
-            yield
 
 
 class Trainer:
@@ -152,11 +141,7 @@ class Trainer:
             self.parallel = wrap(
                 self.policy.model, cfg.parallel.strategy, self.dist, self.policy.value_head
             )
-        # sampling runs on the full weights, through fused LoRA under rollout.fuse_lora
-        fuse = resolve_fuse_lora(cfg.rollout.fuse_lora, cfg.rollout.engine, cfg.model.mode)
-        self.full_weights = partial(
-            _sampling_weights, self.parallel, self.policy.model if fuse else None
-        )
+        self.full_weights = partial(unsharded, self.parallel)
         if cfg.task.chat_template:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
@@ -184,6 +169,7 @@ class Trainer:
             self.full_weights,
         )
         # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
+        # and, on the HF paths, over the rollouts' weights (collector.sampling_weights)
         self.eval_engine = self.collector.engine or (
             "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         )
@@ -234,7 +220,7 @@ class Trainer:
     def starting_pass_rates(self) -> torch.Tensor:
         """The curriculum's ranking: the starting policy's pass rate over k samples at T = 1
         (every process ranks every problem alike: the same weights, the evaluation's own seed)."""
-        with self.finite_sampling(), self.full_weights():
+        with self.finite_sampling(), self.full_weights(), self.collector.sampling_weights():
             return sampled_pass_rates(
                 self.policy.model,
                 self.policy.tokenizer,
@@ -324,7 +310,7 @@ class Trainer:
         batches of the sampled pass, so its samples are those one process draws."""
         ev = self.cfg.eval
         mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
-        with self.finite_sampling(), self.full_weights():
+        with self.finite_sampling(), self.full_weights(), self.collector.sampling_weights():
             scores = score_problems(
                 self.policy.model,
                 self.policy.tokenizer,
@@ -470,9 +456,9 @@ class Trainer:
             # the DDP/FSDP2 wrapper goes before the process group it holds, not at interpreter
             # exit after the group is gone
             self.parallel, self.full_weights = None, contextlib.nullcontext
-            for holder in (getattr(self, "forward", None), getattr(self, "collector", None)):
-                if holder is not None:
-                    holder.parallel = None
-                    holder.full_weights = contextlib.nullcontext
+            if getattr(self, "forward", None) is not None:
+                self.forward.parallel = None
+            if getattr(self, "collector", None) is not None:
+                self.collector.full_weights = contextlib.nullcontext
             gc.collect()
         self.dist.close()

@@ -156,7 +156,9 @@ class PolicyUpdate:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.guard = NonFiniteGuard(cfg.optim.max_nonfinite_skips, cfg.optim.lr)
-        self.tis_cap = resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine)
+        self.tis_cap = resolve_tis_cap(
+            cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy
+        )
 
     @property
     def lr(self) -> float:

@@ -1,4 +1,5 @@
-"""Rollouts from vLLM (``rollout.engine: vllm``), an optional extra: ``pip install 'rlkit[vllm]'``.
+"""Rollouts from vLLM (``rollout.engine: vllm``), an optional extra: ``pip install 'rlkit[vllm]'``
+(vLLM 0.28-0.33 with its bitsandbytes plugin) or ``pip install 'rlkit[vllm-legacy]'`` (0.10.2-0.27).
 
 vLLM loads the base checkpoint once (4-bit through bitsandbytes under QLoRA) and receives the
 policy's current LoRA adapter at every generation as a LoRA request: the adapter is saved to a
@@ -10,9 +11,13 @@ unchanged (temperature, then top-k, then top-p, as in `rlkit.rollout`). vLLM sha
 from the training model (`rlkit.logprobs.sequence_logprobs`); the completions come back in the
 `RolloutBatch` layout of `rlkit.rollout.generate_rollouts`.
 
-Against vLLM's real API (facts in tests/data/vllm_api/, read from the 0.27.1 wheel):
+Against vLLM's real API (facts in tests/data/vllm_api/, read from the 0.27.1, 0.28.0 and 0.33.0
+wheels and the vllm-bnb-plugin 0.0.3 wheel):
 
-- supported: ``SUPPORTED_VLLM`` (bitsandbytes left vLLM core in 0.28, which needs its plugin);
+- supported: ``SUPPORTED_VLLM``. bitsandbytes left vLLM core in 0.28 (``BNB_PLUGIN_VLLM``): from
+  there QLoRA needs ``vllm-bnb-plugin`` (``BNB_PLUGIN``), which registers ``quantization`` and
+  ``load_format`` "bitsandbytes" back through vLLM's ``vllm.general_plugins`` entry point; rlkit
+  then passes ``load_format="bitsandbytes"`` itself (older vLLM sets it from ``quantization``);
 - ``max_lora_rank`` is the adapter's rank rounded up to a rank vLLM accepts (``LORA_RANKS``);
 - ``max_model_len`` is the longest prompt + ``rollout.max_new_tokens`` (vLLM's default, the
   model's whole context, may not fit its memory share);
@@ -29,6 +34,7 @@ Against vLLM's real API (facts in tests/data/vllm_api/, read from the 0.27.1 whe
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import weakref
@@ -40,7 +46,10 @@ from packaging.version import Version
 from rlkit.models.loading import Policy
 from rlkit.rollout import RolloutBatch, _completion_layout, _eos_token_ids
 
-SUPPORTED_VLLM = (Version("0.10.2"), Version("0.28"))  # [low, high): pyproject's extra
+SUPPORTED_VLLM = (Version("0.10.2"), Version("0.34"))  # [low, high): pyproject's two extras
+BNB_PLUGIN_VLLM = Version("0.28")  # from this vLLM on, bitsandbytes is a plugin's
+BNB_PLUGIN = "vllm-bnb-plugin>=0.0.3,<0.1"  # the plugin's pip requirement (pyproject's vllm extra)
+BNB_PLUGIN_ENTRY_POINT = "bitsandbytes"  # its name in vLLM's vllm.general_plugins (VLLM_PLUGINS)
 # ranks every supported vLLM accepts (0.27's MaxLoRARanks adds 1, which 0.10.2 refuses)
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -68,9 +77,29 @@ def _import_vllm():
     if not low <= version < high:
         raise ValueError(
             f"rollout.engine=vllm supports vLLM >= {low}, < {high}; vLLM {version} is installed "
-            f"(pip install 'vllm>={low},<{high}')"
+            "(pip install 'rlkit[vllm]', or 'rlkit[vllm-legacy]' for vLLM < 0.28)"
         )
-    return LLM, SamplingParams, LoRARequest
+    return version, LLM, SamplingParams, LoRARequest
+
+
+def _require_bnb_plugin(version: Version) -> None:
+    """QLoRA on vLLM >= 0.28 needs vllm-bnb-plugin, and vLLM must be free to load it: each vLLM
+    process runs the ``vllm.general_plugins`` entry points, only those named in ``VLLM_PLUGINS``
+    when that is set. Without it vLLM fails deep in its start-up on an unknown quantization."""
+    try:
+        import vllm_bnb_plugin  # noqa: F401  (imported to check it loads against this vLLM)
+    except ImportError as err:
+        raise ValueError(
+            f"model.mode=qlora with rollout.engine=vllm on vLLM {version} needs vLLM's "
+            f"bitsandbytes plugin (bitsandbytes left vLLM core in {BNB_PLUGIN_VLLM}): "
+            f"pip install '{BNB_PLUGIN}' (import failed: {err})"
+        ) from err
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and BNB_PLUGIN_ENTRY_POINT not in allowed.split(","):
+        raise ValueError(
+            f"VLLM_PLUGINS={allowed!r} keeps vLLM from loading its bitsandbytes plugin, which "
+            f"model.mode=qlora needs: add {BNB_PLUGIN_ENTRY_POINT} to it or unset it"
+        )
 
 
 class VLLMEngine:
@@ -84,7 +113,7 @@ class VLLMEngine:
                 "rollout.engine=vllm needs model.mode=lora or qlora: the adapter is what vLLM "
                 "receives each step (full fine-tuning would need the whole model synced)"
             )
-        LLM, self._sampling_params, self._lora_request = _import_vllm()
+        version, LLM, self._sampling_params, self._lora_request = _import_vllm()
         spec = policy.spec
         options = {
             "model": spec.name_or_path,
@@ -102,6 +131,9 @@ class VLLMEngine:
             options["max_model_len"] = max_model_len
         if spec.mode == "qlora":
             options["quantization"] = "bitsandbytes"
+            if version >= BNB_PLUGIN_VLLM:
+                _require_bnb_plugin(version)
+                options["load_format"] = "bitsandbytes"  # the plugin's loader
         self.llm = LLM(**options)
         self.llm.sleep(level=1)  # awake only while generating
         self.policy = policy

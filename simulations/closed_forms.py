@@ -66,6 +66,25 @@ def raw_shrinks_less(sigma2, tau2, group_size: int):
     return tau2 < sigma2 / math.sqrt(group_size)
 
 
+def jspo_lambda_limit(sigma2, tau2, group_size: int, rule: str = "published"):
+    """Large-batch limit of JSPO's λ (docs/algorithms.md §2b). v → σ²/G, and s, the spread of the
+    *empirical* prompt means, → τ² + σ²/G. ``published`` λ = v/(v + s) → a/(2a + τ²) with
+    a = σ²/G: ½ when the prompts are alike (τ² → 0), not 1. ``james_stein`` λ ∝ v/s →
+    a/(a + τ²) = S*: 1 when τ² → 0."""
+    a = sigma2 / group_size
+    if rule == "published":
+        return a / (2 * a + tau2)
+    if rule == "james_stein":
+        return a / (a + tau2)
+    raise ValueError(f"unknown JSPO rule {rule!r}; known: 'published', 'james_stein'")
+
+
+def jspo_baseline_mse(shrinkage, sigma2, tau2, group_size: int):
+    """MSE against θ of JSPO's b = (1 − λ)·(leave-one-out mean) + λ·μ for a fixed λ: the
+    leave-one-out mean averages G − 1 rewards, so (1 − λ)²σ²/(G − 1) + λ²τ²."""
+    return linear_baseline_mse(shrinkage, sigma2, tau2, group_size - 1)
+
+
 def prob_all_zero(theta, group_size: int):
     """P(all G rewards are 0 | θ) = (1 − θ)^G."""
     return (1 - theta) ** group_size

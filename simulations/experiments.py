@@ -56,11 +56,16 @@ METHODS: dict[str, tuple[str, dict]] = {
 }
 
 
+# Known to make_estimator but left out of the notebooks' sweeps over METHODS (notebook 02 only)
+OTHER_METHODS: dict[str, tuple[str, dict]] = {"JSPO": ("jspo", {})}
+
+
 def make_estimator(method: str):
-    """A fresh estimator for a display name of :data:`METHODS`."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {sorted(METHODS)}")
-    name, options = METHODS[method]
+    """A fresh estimator for a display name of :data:`METHODS` or :data:`OTHER_METHODS`."""
+    known = {**METHODS, **OTHER_METHODS}
+    if method not in known:
+        raise ValueError(f"unknown method {method!r}; known: {sorted(known)}")
+    name, options = known[method]
     return BatchWhitened() if name == "whitened_dr_grpo" else get_estimator(name, **options)
 
 
@@ -73,6 +78,9 @@ def rewards_for(population, theta: torch.Tensor, group_size: int, rng) -> torch.
 
 # --- Notebook 01: Thm 3.3, MSE of the baseline ------------------------------------------------
 
+# JSPO's two shrinkage rules (docs/algorithms.md §2b), by the key notebook 01 reports them under
+JSPO_RULES = {"jspo": "published", "jspo_js": "james_stein"}
+
 
 def shrinkage_mse(
     population, group_size: int, num_prompts: int, num_batches: int, seed: int, prior: str = "batch"
@@ -83,15 +91,32 @@ def shrinkage_mse(
     - ``oracle``: the posterior mean with the true μ, σ², τ² (Thm 3.3), closed form (1 − S)σ²/G;
     - ``ebpo``: rlkit's EBPO baseline with hyper-parameters estimated from the rewards
       (``prior``), whose large-batch limit uses the raw σ², τ² (:func:`cf.raw_hyperparameters`).
+    - ``jspo``, ``jspo_js``: rlkit's JSPO baselines b_ij = r_ij − A_ij (one per completion: the
+      leave-one-out mean shrunk toward the other prompts' mean, docs/algorithms.md §2b) with the
+      published λ and with the classical James-Stein λ; their mean λ (``jspo_lambda``,
+      ``jspo_js_lambda``) and the large-batch limits (``closed_jspo``, ``closed_jspo_lambda``, …:
+      :func:`cf.jspo_lambda_limit`, :func:`cf.jspo_baseline_mse`).
 
     Returns Intervals over batches for each MSE and for the paired gains MSE(μ_group) − MSE(EBPO)
-    (``gain``) and MSE(μ_group) − MSE(oracle) (``oracle_gain``),
+    (``gain``) and MSE(μ_group) − MSE(oracle) (``oracle_gain``), the paired differences
+    MSE(JSPO) − MSE(EBPO) (``jspo_vs_ebpo``) and MSE(JSPO) − MSE(JSPO, James-Stein λ) (``jspo_vs_js``),
     the closed forms, and the estimated vs true hyper-parameters.
     """
     rng = np.random.default_rng(seed)
     estimator = get_estimator("ebpo", prior=prior, whitening="none")
+    jspo = {name: get_estimator("jspo", shrinkage=rule) for name, rule in JSPO_RULES.items()}
     mu, sigma2, tau2 = population.mean, population.sigma2, population.tau2
-    rows = {k: [] for k in ("group_mean", "oracle", "ebpo", "shrinkage", "sigma2_hat", "tau2_hat")}
+    keys = (
+        "group_mean",
+        "oracle",
+        "ebpo",
+        "jspo",
+        "jspo_js",
+        "shrinkage",
+        "sigma2_hat",
+        "tau2_hat",
+    )
+    rows = {k: [] for k in (*keys, "jspo_lambda", "jspo_js_lambda")}
     for _ in range(num_batches):
         theta = population.sample(num_prompts, rng)
         rewards = rewards_for(population, theta, group_size, rng)
@@ -102,21 +127,34 @@ def shrinkage_mse(
             "oracle": cf.oracle_baseline(group_mean, mu, sigma2, tau2, group_size),
             "ebpo": out.diagnostics["baseline"].to(torch.float64),
         }
+        for name, estimate in jspo.items():
+            js = estimate(rewards)  # b_ij = r_ij − A_ij: one baseline per completion
+            baselines[name] = (rewards - js.advantages).to(torch.float64)
+            rows[f"{name}_lambda"].append(float(js.diagnostics["shrinkage"].mean()))
         for name, baseline in baselines.items():
-            rows[name].append(float(((baseline - theta) ** 2).mean()))
+            error = baseline - (theta if baseline.dim() == 1 else theta.unsqueeze(1))
+            rows[name].append(float((error**2).mean()))
         rows["shrinkage"].append(float(out.diagnostics["shrinkage"].mean()))
         rows["sigma2_hat"].append(float(out.diagnostics["sigma2"]))
         rows["tau2_hat"].append(float(out.diagnostics["tau2"]))
     sigma2_raw, tau2_raw = cf.raw_hyperparameters(sigma2, tau2, group_size)
     s_raw = cf.shrinkage_factor(sigma2_raw, tau2_raw, group_size)
+    closed_jspo = {}
+    for name, rule in JSPO_RULES.items():
+        lam = cf.jspo_lambda_limit(sigma2, tau2, group_size, rule)
+        closed_jspo[f"closed_{name}_lambda"] = lam
+        closed_jspo[f"closed_{name}"] = cf.jspo_baseline_mse(lam, sigma2, tau2, group_size)
     return {
         "G": group_size,
+        "jspo_vs_ebpo": mean_ci(np.subtract(rows["jspo"], rows["ebpo"])),
+        "jspo_vs_js": mean_ci(np.subtract(rows["jspo"], rows["jspo_js"])),
         **{name: mean_ci(values) for name, values in rows.items()},
         "gain": mean_ci(np.subtract(rows["group_mean"], rows["ebpo"])),
         "oracle_gain": mean_ci(np.subtract(rows["group_mean"], rows["oracle"])),
         "closed_group_mean": cf.group_mean_mse(sigma2, group_size),
         "closed_bayes": cf.bayes_risk(sigma2, tau2, group_size),
         "closed_plugin_raw": cf.linear_baseline_mse(s_raw, sigma2, tau2, group_size),
+        **closed_jspo,
         "shrinkage_star": cf.shrinkage_factor(sigma2, tau2, group_size),
         "shrinkage_raw": s_raw,
         "sigma2": sigma2,
@@ -193,8 +231,8 @@ def null_group_rates(
 ) -> dict[str, np.ndarray]:
     """Fraction of groups whose advantages are all exactly zero (a null gradient), per θ.
 
-    One batch holds ``groups_per_theta`` prompts at each θ of ``thetas``; GRPO and EBPO (default
-    options) see the same rewards. Returns per-θ fractions for both, their standard errors and
+    One batch holds ``groups_per_theta`` prompts at each θ of ``thetas``; GRPO, EBPO and JSPO
+    (default options) see the same rewards. Returns per-θ fractions for each, their standard errors and
     the closed forms P(constant group) = (1 − θ)^G + θ^G and P(all zero) = (1 − θ)^G.
     """
     rng = np.random.default_rng(seed)
@@ -203,7 +241,7 @@ def null_group_rates(
     rewards = bernoulli_rewards(theta, group_size, rng)
     shape = (len(thetas), groups_per_theta)
     out = {"theta": thetas.numpy(), "G": group_size}
-    for name in ("grpo", "ebpo"):
+    for name in ("grpo", "ebpo", "jspo"):
         null = (
             (get_estimator(name)(rewards).advantages == 0).all(1).to(torch.float64).reshape(shape)
         )
@@ -254,6 +292,41 @@ def gradient_by_group_type(
         out[method]["success_gain_all_zero"] = float(gain[kind["all_zero"]].mean())
     out["counts"] = {k: int(m.sum()) for k, m in kind.items()}
     return out
+
+
+def jspo_failure_advantage(
+    population: BetaPopulation, group_size: int, num_prompts: int, num_batches: int, seed: int
+) -> dict:
+    """JSPO on all-fail groups (docs/algorithms.md §2b): a group of zeros has leave-one-out mean 0,
+    so its baseline is λ_i·mean_{k≠i} μ̂_k and every answer gets A = −λ_i·mean_{k≠i} μ̂_k, which is
+    0 only if every other prompt's group is constant (λ_i = 0) or every other prompt failed too.
+
+    Per batch of ``num_prompts`` prompts (θ from ``population``): the share of all-zero groups
+    whose advantages are all exactly 0 (``null_share``), their mean advantage (``advantage``) and
+    EBPO's (batch prior, no whitening: −S·μ̂) on the same rewards (``ebpo_advantage``), as
+    Intervals over batches; the closed form −λ·μ with λ's large-batch limit
+    (:func:`cf.jspo_lambda_limit`); and one batch in which every prompt fails
+    (``all_fail_batch_advantage``: its largest |A|, 0 because no other prompt differs).
+    """
+    rng = np.random.default_rng(seed)
+    jspo = get_estimator("jspo")
+    ebpo = get_estimator("ebpo", prior="batch", whitening="none")
+    rows = {k: [] for k in ("null_share", "advantage", "ebpo_advantage")}
+    for _ in range(num_batches):
+        rewards = bernoulli_rewards(population.sample(num_prompts, rng), group_size, rng)
+        failed = rewards.sum(1) == 0
+        advantages = jspo(rewards).advantages[failed]
+        rows["null_share"].append(float((advantages == 0).all(1).to(torch.float64).mean()))
+        rows["advantage"].append(float(advantages.mean()))
+        rows["ebpo_advantage"].append(float(ebpo(rewards).advantages[failed].mean()))
+    lam = cf.jspo_lambda_limit(population.sigma2, population.tau2, group_size)
+    all_fail = jspo(torch.zeros(num_prompts, group_size, dtype=torch.float64)).advantages
+    return {
+        **{name: mean_ci(values) for name, values in rows.items()},
+        "closed": -lam * population.mean,
+        "closed_lambda": lam,
+        "all_fail_batch_advantage": float(all_fail.abs().max()),
+    }
 
 
 def failure_penalty_by_cluster(
@@ -701,8 +774,10 @@ def train_shift_bandits(config: ShiftConfig, seeds, arms=tuple(SHIFT_ARMS)) -> d
 
 
 __all__ = [
+    "JSPO_RULES",
     "MATCHED_STEP",
     "METHODS",
+    "OTHER_METHODS",
     "PRIORS",
     "SHIFT_ARMS",
     "STREAM_ORDERS",
@@ -718,6 +793,7 @@ __all__ = [
     "failure_penalty_by_cluster",
     "gradient_by_group_type",
     "make_estimator",
+    "jspo_failure_advantage",
     "null_group_rates",
     "prior_error",
     "shrinkage_mse",

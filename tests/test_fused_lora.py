@@ -168,6 +168,18 @@ def test_qlora_fused_projections_equal_peft(tiny_4bit_model_dir):
     assert len(fused.groups) == 4 * 2 and not fused.skipped
 
 
+def test_fusion_composes_with_the_dequantized_generation_copy(tiny_4bit_model_dir):
+    """Inside the copy's swap the fused layers call the copy's dense base: per projection, the
+    copy's outputs (float32 rounding of the LoRA terms apart)."""
+    from rlkit.generation_copy import GenerationCopy
+
+    policy = load_policy(qlora_spec(tiny_4bit_model_dir))
+    randomize_lora_b(policy.model)
+    with GenerationCopy(policy.model).sampling():
+        fused = assert_fused_equals_peft(policy.model, policy.tokenizer, tol=1e-5)
+        assert len(fused.groups) == 4 * 2
+
+
 def test_static_loop_samples_the_same_tokens_with_fusion(tiny_model_dir):
     policy = lora_model(tiny_model_dir)
     args = (policy.model, policy.tokenizer, PROMPTS, torch.tensor([0.7, 1.0, 1.3, 1.0]), 8)
@@ -340,3 +352,32 @@ def test_a_float64_run_samples_with_fresh_copies_after_every_step(tmp_path, tiny
     assert len(rows) == 3
     for row in rows:
         assert row["sampling/sampling_logp_difference/mean"] < 1e-6  # stale: about 1.7
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA graph needs CUDA")
+@pytest.mark.parametrize("compile_step", [False, True])
+@pytest.mark.parametrize("mode", ["lora", "qlora"])
+def test_on_cuda_the_fused_decode_step_is_captured_in_a_cuda_graph(
+    tiny_4bit_model_dir, mode, compile_step
+):
+    """The device check (not run on the CPU): bf16 LoRA and QLoRA on CUDA, the static loop
+    captures its decode step over the fused layers (compiled or not; no eager fallback), and
+    samples the trainer's policy up to bf16 rounding."""
+    import dataclasses
+    import warnings
+
+    spec = dataclasses.replace(qlora_spec(tiny_4bit_model_dir), mode=mode)
+    spec.compute_dtype, spec.device = "bfloat16", "cuda"
+    policy = load_policy(spec)
+    randomize_lora_b(policy.model)
+    with warnings.catch_warnings(record=True) as caught, fused_lora(policy.model) as fused:
+        warnings.simplefilter("always")
+        batch = generate_rollouts(
+            policy.model, policy.tokenizer, PROMPTS, torch.ones(4), 6, generator_seed=0,
+            engine="hf_static", compile_step=compile_step,
+        )  # fmt: skip
+    assert fused.groups[0].a.dtype == torch.bfloat16 and fused.groups[0].a.is_cuda
+    assert not [w for w in caught if "capture failed" in str(w.message)]
+    trainer_logp, _ = sequence_logprobs(policy.model, batch, batch.temperatures)
+    mask = batch.completion_mask
+    assert torch.allclose(batch.sampler_logp[mask], trainer_logp[mask].float(), atol=0.1)

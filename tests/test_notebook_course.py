@@ -148,3 +148,56 @@ def test_the_readme_reading_order_covers_every_notebook():
     assert order, "the README has no reading order for students"
     numbers = set(re.findall(r"\b(\d\d)\b", order.group(1)))
     assert numbers == {path.name[:2] for path in NOTEBOOKS}
+
+
+GLOSSARY = ROOT / "docs" / "glossary.md"
+# issue 24: the glossary defines these, one line each, and resolves these symbol clashes
+ISSUE_TERMS = (
+    "advantage",
+    "baseline",
+    "whitening",
+    "clip",
+    "Pass@1",
+    "greedy accuracy",
+    "SE",
+    "paired difference",
+    "t-interval",
+    "MDD",
+    "power",
+    "Bonferroni",
+)
+CLASHING_SYMBOLS = ("τ", "θ", "ε", "σ", "λ", "k")
+# every method the course names is a glossary entry
+METHOD_NAMES = ("PPO", "GRPO", "Dr. GRPO", "RLOO", "EBPO", "JSPO", "DAPO", "AGPO")
+
+
+def glossary_entries() -> set[str]:
+    """The glossary's defined terms: its bold spans, lower-cased."""
+    return {term.lower() for term in re.findall(r"\*\*([^*]+)\*\*", GLOSSARY.read_text("utf-8"))}
+
+
+def test_the_glossary_defines_every_term_the_issue_lists():
+    missing = [term for term in ISSUE_TERMS if term.lower() not in glossary_entries()]
+    assert not missing, f"docs/glossary.md does not define {missing}"
+
+
+def test_the_glossary_resolves_each_symbol_clash():
+    rows = re.findall(r"^\| (\S+) \|", GLOSSARY.read_text("utf-8"), re.M)
+    missing = [symbol for symbol in CLASHING_SYMBOLS if symbol not in rows]
+    assert not missing, f"the glossary's symbol-clash table has no row for {missing}"
+
+
+@pytest.mark.parametrize("stem", [path.stem for path in NOTEBOOKS])
+def test_the_terms_a_first_cell_sends_to_the_glossary_are_defined_there(stem):
+    flat = " ".join(line.lstrip("> ").strip() for line in cells(stem)[0].source.splitlines())
+    listed = re.search(r"\]\(\.\./docs/glossary\.md\) \(([^;)]*)", flat)
+    terms = [t.strip() for t in listed.group(1).split(",")] if listed else []
+    missing = [term for term in terms if term.lower() not in glossary_entries()]
+    assert not missing, f"{stem} sends the reader to the glossary for {missing}, not defined there"
+
+
+def test_every_method_the_course_names_is_a_glossary_entry():
+    text = "\n".join(markdown_text(stem) for stem in COURSE_NOTEBOOKS)
+    named = [m for m in METHOD_NAMES if re.search(rf"(?<![\w.]){re.escape(m)}\b", text)]
+    missing = [m for m in named if m.lower() not in glossary_entries()]
+    assert not missing, f"the notebooks name {missing}, which the glossary does not define"

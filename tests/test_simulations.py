@@ -361,3 +361,31 @@ def test_poke_overrides_name_what_the_spec_runs():
         poke_overrides(spec_path, "EBPO", 0, "out")
     _, overrides = poke_overrides(ROOT / "sweeps/08_components.yaml", "AGPO", 0, "out")
     assert "rollout.group_size=4" in overrides  # one group size: no need to name it
+
+
+def test_jspo_lambda_limit_tends_to_half_not_one():
+    # prompts alike (τ² → 0): the published λ → ½, the James-Stein λ → 1 (docs/algorithms.md §2b)
+    assert cf.jspo_lambda_limit(0.2, 0.0, 4) == pytest.approx(0.5)
+    assert cf.jspo_lambda_limit(0.2, 0.0, 4, "james_stein") == pytest.approx(1.0)
+    assert cf.jspo_lambda_limit(0.2, 0.05, 4) == pytest.approx(0.05 / 0.15)
+    assert cf.jspo_baseline_mse(0.0, 0.2, 0.05, 4) == pytest.approx(0.2 / 3)  # leave-one-out: G − 1
+    with pytest.raises(ValueError, match="unknown JSPO rule 'stein'"):
+        cf.jspo_lambda_limit(0.2, 0.05, 4, "stein")
+
+
+def test_shrinkage_mse_jspo_matches_its_limit():
+    r = ex.shrinkage_mse(BetaPopulation(2.0, 3.0), 4, 512, 20, seed=0)
+    assert within_standard_errors(r["jspo"], r["closed_jspo"])
+    assert within_standard_errors(r["jspo_lambda"], r["closed_jspo_lambda"])
+    assert r["jspo_vs_ebpo"].low > 0  # the leave-one-out mean is noisier than the group mean
+    alike = ex.shrinkage_mse(BetaPopulation(200.0, 300.0), 4, 512, 20, seed=0)
+    assert abs(alike["jspo_lambda"].mean - 0.5) < 0.01 and alike["jspo_js_lambda"].mean > 0.95
+    assert alike["jspo_vs_js"].low > 0
+
+
+def test_jspo_failure_advantage_is_minus_lambda_mu():
+    r = ex.jspo_failure_advantage(BetaPopulation(1.0, 3.0), 4, 500, 20, seed=0)
+    assert r["null_share"].high == 0
+    assert within_standard_errors(r["advantage"], r["closed"])
+    assert r["all_fail_batch_advantage"] == 0
+    assert np.all(ex.null_group_rates([0.1, 0.5], 4, 2000, seed=0)["jspo_null"] == 0)
