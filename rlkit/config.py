@@ -853,8 +853,8 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             ro,
             ("fuse_lora", "compile"),
             ro.engine != "hf_static",
-            f"rollout.engine={ro.engine}: only the static decode loop fuses LoRA and compiles "
-            "(HF generate stays the training forward, so loss.tis_cap=auto stays off there)",
+            f"rollout.engine={ro.engine}: only the static decode loop (hf_static) fuses LoRA "
+            "and compiles its decode step",
             "set rollout.engine=hf_static or leave them at their defaults",
         ),
         (
