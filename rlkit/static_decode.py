@@ -12,8 +12,10 @@ This loop instead
   reason. On the CPU it runs eager, the same code otherwise;
 - with ``compile_step`` (``rollout.compile``, CUDA only), runs that decode step through
   ``torch.compile`` (fusing its small kernels) inside the graph; one compiled function serves
-  every call, recompiling for a new model or shape (its compile time is what a GPU benchmark
-  weighs against the faster step). On the CPU it warns and decodes eagerly;
+  every call, recompiling for a new model or shape, so the cache length is then rounded up to a
+  multiple of `COMPILE_WIDTH` (calls whose prompts differ in width share a shape; the extra keys
+  stay masked). Its compile time is what a GPU benchmark weighs against the faster step. On the
+  CPU it warns and decodes eagerly;
 - samples eagerly with rlkit's own chain (per-row temperature, top-k, top-p, the finiteness
   check: `rlkit.rollout.sampling_processors`), drawing exactly as HF's sampling step does
   (``multinomial(softmax(scores), 1)``), with EOS handling as HF's (finished rows emit padding;
@@ -43,6 +45,9 @@ def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _decode_mask(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[B, 1, 1, K] additive mask: 0 where a key is valid, the dtype's minimum elsewhere."""
     return _additive_mask(valid, dtype)[:, None, None, :]
+
+
+COMPILE_WIDTH = 128  # cache lengths a compiled decode step is built for: multiples of this
 
 
 def _decode_forward(model, cache_keyword, cache, token, mask, position, cache_position):
@@ -80,6 +85,8 @@ class StaticDecoder:
         self.model = model
         self.cache_keyword = _cache_keyword(causal_lm(model))
         self.width = prompt_width + max_new_tokens
+        if compile_step:  # one compiled shape for calls whose prompt widths differ
+            self.width = -(-self.width // COMPILE_WIDTH) * COMPILE_WIDTH
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=self.width)
