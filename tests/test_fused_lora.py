@@ -345,6 +345,10 @@ def test_a_float64_run_samples_with_fresh_copies_after_every_step(tmp_path, tiny
         "steps=3",
     )
     trainer = Trainer(cfg)
+    assert trainer.collector.fuse_lora  # rollout.fuse_lora=auto: on for hf_static with LoRA
+    lora_layers = [m for m in trainer.policy.model.modules() if hasattr(m, "lora_A")]
+    with trainer.collector.sampling_weights():  # what rollouts and evaluation sample under
+        assert all("forward" in m.__dict__ for m in lora_layers)
     randomize_lora_b(trainer.policy.model)
     before = [p.detach().clone() for p in trainer.policy.trainable_parameters()]
     trainer.train()
