@@ -17,7 +17,7 @@ the refill decisions are the same everywhere, and each rank trains its share of 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -26,6 +26,7 @@ from rlkit.config import RolloutConfig, TrainConfig
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.dist import Collective, Local
+from rlkit.fused_lora import fused_lora, resolve_fuse_lora
 from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
@@ -50,6 +51,7 @@ class Collector:
         dist: Collective | None = None,
         full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         generation_copy: GenerationCopy | None = None,
+        fuse_lora: bool = False,
     ):
         self.policy, self.scorer, self.cfg, self.phases, self.engine = (
             policy,
@@ -64,6 +66,8 @@ class Collector:
         self.record_logprobs = record_logprobs
         # the dequantized base HF sampling runs over, None: the training weights
         self.generation_copy = generation_copy
+        # sample through fused LoRA projections (rlkit.fused_lora; rollout.fuse_lora resolved)
+        self.fuse_lora = fuse_lora
         self.probe_tokens = self.reward_failures = 0  # this draw's
         self.prompts: PromptSampler | None = None  # the sampler this draw takes prompts from
 
@@ -99,14 +103,21 @@ class Collector:
         ro = cfg.rollout
         record = resolve_tis_cap(cfg.loss.tis_cap, ro.engine, ro.generation_copy) is not None
         copy = GenerationCopy(policy.model) if ro.generation_copy == "dequantized" else None
-        return cls(policy, scorer, ro, phases, engine, record, dist, full_weights, copy)
+        fuse = resolve_fuse_lora(ro.fuse_lora, ro.engine, cfg.model.mode)
+        return cls(policy, scorer, ro, phases, engine, record, dist, full_weights, copy, fuse)
 
-    def sampling_weights(self) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def sampling_weights(self) -> Iterator[None]:
         """The weights HF sampling runs with (rollouts and evaluation): the generation copy's
-        dequantized base swapped in, or the training weights as they are."""
-        if self.generation_copy is None:
-            return contextlib.nullcontext()
-        return self.generation_copy.sampling()
+        dequantized base swapped in, or the training weights as they are; with ``fuse_lora``,
+        through fused LoRA projections whose copies are refreshed from the live adapters on
+        entry (inside ``full_weights``: FSDP2's unsharded ones)."""
+        with contextlib.ExitStack() as stack:
+            if self.generation_copy is not None:
+                stack.enter_context(self.generation_copy.sampling())
+            if self.fuse_lora:
+                stack.enter_context(fused_lora(self.policy.model))
+            yield
 
     def __call__(
         self,
@@ -137,6 +148,7 @@ class Collector:
                     top_k=ro.top_k,
                     record_logprobs=self.record_logprobs,
                     engine=ro.engine,
+                    compile_step=ro.compile,
                 )
         with self.phases("score"):
             scored = self.scorer.score(

@@ -243,6 +243,11 @@ class RolloutConfig:
     generation_batch_size: int | str = 0
     # hf | hf_static (static KV cache, CUDA graph on CUDA) | vllm (optional extra; LoRA / QLoRA)
     engine: str = "hf"
+    # sample through fused LoRA (q/k/v and gate/up share x @ cat(A)ᵀ; rlkit.fused_lora):
+    # auto = on with engine=hf_static and a LoRA/QLoRA model | true | false
+    fuse_lora: bool | str = "auto"
+    # torch.compile hf_static's decode step (CUDA only: on the CPU it decodes eagerly, saying so)
+    compile: bool = False
     vllm_memory: float = 0.3  # fraction of the GPU vLLM may take (weights + KV cache)
     # none | dequantized: with model.mode=qlora, sample from the 4-bit base dequantized once to
     # the compute dtype, under the live (unmerged) LoRA (rlkit.generation_copy; costs the
@@ -263,6 +268,8 @@ class RolloutConfig:
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
         _auto_or_positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
         _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
+        if isinstance(self.fuse_lora, str):
+            _choice("rollout.fuse_lora", self.fuse_lora, ("auto",))
         _choice("rollout.generation_copy", self.generation_copy, ("none", "dequantized"))
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
@@ -893,6 +900,23 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             ro.engine != "vllm",
             f"rollout.engine={ro.engine}: there is no vLLM engine",
             "set rollout.engine=vllm or leave it at its default",
+        ),
+        (
+            "rollout",
+            ro,
+            ("fuse_lora", "compile"),
+            ro.engine != "hf_static",
+            f"rollout.engine={ro.engine}: only the static decode loop (hf_static) fuses LoRA "
+            "and compiles its decode step",
+            "set rollout.engine=hf_static or leave them at their defaults",
+        ),
+        (
+            "rollout",
+            ro,
+            ("fuse_lora",),
+            ro.engine == "hf_static" and model.mode == "full",
+            "model.mode=full: there is no LoRA adapter to fuse",
+            "set model.mode=lora or qlora, or leave it at its default",
         ),
         (
             "rollout",

@@ -253,6 +253,7 @@ def generate_rollouts(
     generator_seed: int | None = None,
     record_logprobs: bool = False,
     engine: str = "hf",
+    compile_step: bool = False,
 ) -> RolloutBatch:
     """Sample one completion per prompt, row b at temperature T_b (docs/algorithms.md §3 step 3).
 
@@ -262,10 +263,13 @@ def generate_rollouts(
     (which leaves the global RNG untouched). `record_logprobs` (sampling only) fills
     `sampler_logp` from the sampling scores; it draws nothing, so the tokens are unchanged.
     `engine`: ``hf`` (HF ``generate``) or ``hf_static`` (`rlkit.static_decode`, which always
-    records the sampler's log-probs when sampling).
+    records the sampler's log-probs when sampling); ``compile_step``: ``hf_static`` only, its
+    decode step through ``torch.compile``.
     """
     if engine not in ("hf", "hf_static"):
         raise ValueError(f"engine must be 'hf' or 'hf_static', got {engine!r}")
+    if compile_step and engine != "hf_static":
+        raise ValueError(f"compile_step=True needs engine='hf_static', got {engine!r}")
     if not prompts:
         raise ValueError("prompts must be a non-empty list of strings")
     if max_new_tokens < 1:
@@ -307,6 +311,7 @@ def generate_rollouts(
                     eos_ids,
                     pad_id,
                     options.get("logits_processor"),
+                    compile_step,
                 )
             else:
                 sequences = model.generate(

@@ -10,6 +10,12 @@ This loop instead
 - on CUDA, captures one decode step (the model forward over static input buffers) as a CUDA
   graph and replays it; a capture that fails falls back to eager with a warning giving the
   reason. On the CPU it runs eager, the same code otherwise;
+- with ``compile_step`` (``rollout.compile``, CUDA only), runs that decode step through
+  ``torch.compile`` (fusing its small kernels) inside the graph; one compiled function serves
+  every call, recompiling for a new model or shape, so the cache length is then rounded up to a
+  multiple of `COMPILE_WIDTH` (calls whose prompts differ in width share a shape; the extra keys
+  stay masked). Its compile time is what a GPU benchmark weighs against the faster step. On the
+  CPU it warns and decodes eagerly;
 - samples eagerly with rlkit's own chain (per-row temperature, top-k, top-p, the finiteness
   check: `rlkit.rollout.sampling_processors`), drawing exactly as HF's sampling step does
   (``multinomial(softmax(scores), 1)``), with EOS handling as HF's (finished rows emit padding;
@@ -22,26 +28,65 @@ range, so its logits differ from the training forward's by float rounding.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
 from transformers import LogitsProcessorList, StaticCache
 
 
+def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where ``allowed``, the dtype's minimum elsewhere, in ``dtype`` (built in it: float64's
+    minimum does not fit the float32 that ``torch.where`` makes of Python scalars)."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
 def _decode_mask(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[B, 1, 1, K] additive mask: 0 where a key is valid, the dtype's minimum elsewhere."""
-    return torch.where(valid, 0.0, torch.finfo(dtype).min).to(dtype)[:, None, None, :]
+    return _additive_mask(valid, dtype)[:, None, None, :]
+
+
+COMPILE_WIDTH = 128  # cache lengths a compiled decode step is built for: multiples of this
+
+
+def _decode_forward(model, cache_keyword, cache, token, mask, position, cache_position):
+    """One decode step's logits [B, V] over the static buffers."""
+    out = model(
+        input_ids=token,
+        attention_mask=mask,
+        position_ids=position,
+        cache_position=cache_position,
+        **{cache_keyword: cache},
+        use_cache=True,
+    )
+    return out.logits[:, -1]
+
+
+@functools.cache
+def _compiled_decode_forward():
+    """`_decode_forward` under ``torch.compile``, made once (compiles lazily, per model and shape)."""
+    return torch.compile(_decode_forward, dynamic=False)
 
 
 class StaticDecoder:
     """One call's prefill and decode steps over a static cache (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, batch: int, prompt_width: int, max_new_tokens: int):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batch: int,
+        prompt_width: int,
+        max_new_tokens: int,
+        compile_step: bool = False,
+    ):
         from rlkit.logprobs import _cache_keyword, causal_lm  # rlkit.logprobs imports rollout
 
         self.model = model
         self.cache_keyword = _cache_keyword(causal_lm(model))
         self.width = prompt_width + max_new_tokens
+        if compile_step:  # one compiled shape for calls whose prompt widths differ
+            self.width = -(-self.width // COMPILE_WIDTH) * COMPILE_WIDTH
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=self.width)
@@ -52,17 +97,26 @@ class StaticDecoder:
         self.graph = None
         self.logits = None
         self.eager_reason = "no CUDA device" if self.device.type != "cuda" else None
+        self.decode_forward = _decode_forward
+        if compile_step and self.eager_reason:
+            warnings.warn(
+                f"rollout.compile: torch.compile of the decode step needs CUDA here "
+                f"({self.eager_reason}); decoding eagerly",
+                stacklevel=3,
+            )
+        elif compile_step:
+            self.decode_forward = _compiled_decode_forward()
 
     def _forward(self) -> torch.Tensor:
-        out = self.model(
-            input_ids=self.token,
-            attention_mask=self.mask,
-            position_ids=self.position,
-            cache_position=self.cache_position,
-            **{self.cache_keyword: self.cache},
-            use_cache=True,
+        return self.decode_forward(
+            self.model,
+            self.cache_keyword,
+            self.cache,
+            self.token,
+            self.mask,
+            self.position,
+            self.cache_position,
         )
-        return out.logits[:, -1]
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Run the left-padded prompts; returns the first step's logits [B, V]."""
@@ -71,10 +125,10 @@ class StaticDecoder:
         keys = torch.zeros(input_ids.shape[0], self.width, dtype=torch.bool, device=self.device)
         keys[:, :width] = attention_mask.bool()
         causal = torch.ones(width, self.width, dtype=torch.bool, device=self.device).tril()
-        mask = torch.where(keys[:, None, :] & causal[None], 0.0, torch.finfo(self.dtype).min)
+        mask = _additive_mask(keys[:, None, :] & causal[None], self.dtype)
         out = self.model(
             input_ids=input_ids,
-            attention_mask=mask.to(self.dtype)[:, None],
+            attention_mask=mask[:, None],
             position_ids=positions,
             cache_position=torch.arange(width, device=self.device),
             **{self.cache_keyword: self.cache},
@@ -130,11 +184,13 @@ def static_generate(
     eos_ids: list[int],
     pad_id: int,
     processors: LogitsProcessorList | None,
+    compile_step: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Generated ids [B, steps] (padding after EOS, as HF's) and, when sampling (``processors``
-    given; None: greedy), the sampled tokens' log-probs [B, steps]."""
+    given; None: greedy), the sampled tokens' log-probs [B, steps]; ``compile_step``: see
+    :class:`StaticDecoder`."""
     batch = input_ids.shape[0]
-    decoder = StaticDecoder(model, batch, input_ids.shape[1], max_new_tokens)
+    decoder = StaticDecoder(model, batch, input_ids.shape[1], max_new_tokens, compile_step)
     eos = torch.tensor(eos_ids, device=input_ids.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     tokens, logps = [], []
