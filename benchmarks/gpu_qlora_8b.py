@@ -298,7 +298,8 @@ def generation_variants(trainer, prompt_texts: list[str], new_tokens: int) -> di
 
 # One arm a line: overrides, plus rows= / memory_gib= / steps= (see the module docstring). In order
 # of what the time budget should reach first: the graph path's 16-row step (target ≤ 25 s), the
-# HF baseline beside it, the preset's 128 rows on the whole card and on 24 GiB, then HF's.
+# HF baseline beside it, the preset's 128 rows on the whole card and on 24 GiB, then HF's, then
+# the graph path's levers one at a time (hf_static fuses the LoRA by default: rollout.fuse_lora).
 ARMS = (
     "rows=16 rollout.engine=hf_static",
     "rows=16 rollout.engine=hf",
@@ -307,6 +308,9 @@ ARMS = (
     "rows=128 memory_gib=24 rollout.engine=hf_static",
     "rows=128 rollout.engine=hf",
     "rows=128 memory_gib=24 rollout.engine=hf",
+    "rows=128 rollout.engine=hf_static rollout.generation_copy=dequantized",
+    "rows=16 rollout.engine=hf_static rollout.fuse_lora=false",
+    "rows=128 rollout.engine=hf_static rollout.compile=true",
     "rows=128 rollout.engine=hf_static optim.share_prompt_forward=false",
 )
 # Seconds an arm's estimate starts from until an earlier arm has measured them: per decode step of
