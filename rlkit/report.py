@@ -11,10 +11,22 @@ For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit
   against generated tokens, mean over seeds with a 95% band.
 - the spec's pre-registered ``claims`` (:mod:`rlkit.sweep`), each tested as written there and
   nothing else (:func:`judge_claims`): a summary of a spec without claims is what it was before
-  claims existed, byte for byte.
+  claims existed, byte for byte;
+- learning curves with paired bands (:func:`learning_curves`, ``curves.png``): the held-out
+  metrics against step, mean over seeds with a 95% t-band, and arm − baseline paired per seed at
+  each evaluation, so a reader sees when a difference appears; only steps every (paired) seed
+  evaluated are used, nothing is interpolated;
+- training dynamics as the EBPO paper shows them (:func:`training_dynamics`, ``dynamics.png``):
+  per-step gradient norm (before clipping), KL to the reference (β > 0), policy entropy and clip
+  fraction, mean over seeds with a 95% t-band, not smoothed, one colour per arm; a metric an arm
+  does not log is listed as not logged, never drawn as 0.
+  The numbers behind both figures are ``summary.json["curves"]`` and ``["dynamics"]`` (per arm,
+  G and metric: steps and the mean, low and high at each); a summary written before they existed
+  renders back to its own files as it was.
 
-Written to ``results/<sweep>/summary.{csv,json,md}`` and ``accuracy_vs_tokens.png``, with the
-commands that produced them. Runs that have not finished are listed and left out, each with what
+Written to ``results/<sweep>/summary.{csv,json,md}``, ``accuracy_vs_tokens.png``, ``curves.png``
+and ``dynamics.png`` (when some arm logged a training signal), with the commands that produced
+them. Runs that have not finished are listed and left out, each with what
 is wrong with it (a damaged metrics line, a null or non-finite first or last evaluation, fewer
 steps than the other runs of its cell); a comparison uses the seeds both arms finished. An
 interval needs at least 2 seeds: under 2 it reads "n/a", never a zero-width interval.
@@ -330,7 +342,7 @@ def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50
     """One panel per G: ``metric`` against generated tokens per arm, mean over seeds with a 95%
     band (each seed's curve interpolated onto the token range every seed reached), in the shared
     figure style (:mod:`rlkit.figure_style`)."""
-    from rlkit.figure_style import FIGURE_DPI, STYLE
+    from rlkit.figure_style import STYLE
     from rlkit.plotting import plt
 
     sizes = sorted({g for _, g in runs})
@@ -351,10 +363,194 @@ def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50
             ax.set_xlabel("generated tokens (incl. probe)")
             ax.set_ylabel(f"{metric} (%)")
             ax.legend()
-        fig.tight_layout()
-        write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
+        return _save(fig, out)
+
+
+# ---------------------------------------------------------------- curves and dynamics over seeds
+CURVES_FIGURE = "curves.png"
+DYNAMICS_FIGURE = "dynamics.png"
+# per-step training signals as the EBPO paper shows them (rlkit/update.py's names): the gradient
+# norm before clipping (clip_grad_norm_ returns the total norm it clipped from), the k3 KL to the
+# reference (logged only when there is one: β > 0), the policy entropy (log_entropy), and the share
+# of tokens whose ratio the clip bound (below or above)
+DYNAMICS = ("grad_norm", "kl", "entropy", "clip_ratio/region_mean")
+BAND = "mean over seeds with a 95% Student-t band, per step, not smoothed"
+
+
+def by_step(rows: list[dict], metric: str) -> dict[int, float]:
+    """{step: value} of every row of one run that logged a finite ``metric``."""
+    return {r["step"]: float(r[metric]) for r in rows if _finite(r.get(metric))}
+
+
+def step_band(series: list[dict[int, float]]) -> dict:
+    """The steps every series (one per seed) has a value at, and at each of them the mean, low
+    and high of a 95% t-interval over the series (:func:`_ci`: low = high = None under 2 seeds).
+    A step some seed did not log is left out, never filled in from another step."""
+    steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    bands = [_ci([s[step] for s in series]) for step in steps]
+    return {"steps": steps} | {key: [b[key] for b in bands] for key in ("mean", "low", "high")}
+
+
+def learning_curves(runs: dict, baseline: str | None) -> dict:
+    """Per arm, G and held-out metric: the evaluations over the arm's seeds (:func:`step_band`),
+    and ``vs_baseline``: arm − baseline paired per seed (the seeds both finished at this G) at the
+    steps every one of those seeds evaluated in both arms, mean and 95% t-band of the per-seed
+    differences (None for the baseline itself, or without one)."""
+    series = []
+    for (arm, g), seeds in runs.items():
+        base = runs.get((baseline, g), {}) if baseline and arm != baseline else {}
+        common = sorted(set(seeds) & set(base))
+        for metric in METRICS:
+            own = {seed: by_step(rows, metric) for seed, rows in sorted(seeds.items())}
+            paired = None
+            if common:
+                diffs = []
+                for seed in common:
+                    b = by_step(base[seed], metric)
+                    diffs.append({st: own[seed][st] - b[st] for st in own[seed].keys() & b.keys()})
+                paired = {"seeds": common} | step_band(diffs)
+            series.append(
+                {"arm": arm, "group_size": g, "metric": metric, "seeds": sorted(seeds)}
+                | step_band(list(own.values()))
+                | {"vs_baseline": paired}
+            )
+    return {"x": "step", "band": BAND, "series": series}
+
+
+def training_dynamics(runs: dict) -> dict:
+    """Per arm, G and :data:`DYNAMICS` metric: :func:`step_band` over the arm's seeds. A metric
+    that not every seed logged at a common step (an arm with β = 0 logs no ``kl``, DPO no clip
+    fraction) is not drawn: it goes to ``not_logged`` with how many seeds logged it at all."""
+    series, not_logged = [], []
+    for (arm, g), seeds in runs.items():
+        for metric in DYNAMICS:
+            values = [by_step(rows, metric) for _, rows in sorted(seeds.items())]
+            band = step_band(values)
+            where = {"arm": arm, "group_size": g, "metric": metric, "seeds": sorted(seeds)}
+            if band["steps"]:
+                series.append(where | band)
+            else:
+                not_logged.append(where | {"seeds_logged": sum(bool(v) for v in values)})
+    return {"x": "step", "band": BAND, "series": series, "not_logged": not_logged}
+
+
+def _draw_band(ax, entry: dict, colour: str, label: str | None, scale: float = 1.0) -> None:
+    steps, mean = np.array(entry["steps"]), np.array(entry["mean"]) * scale
+    ax.plot(steps, mean, color=colour, label=label, marker="o" if len(steps) < 30 else None)
+    if entry["low"] and entry["low"][0] is not None:
+        low, high = np.array(entry["low"]) * scale, np.array(entry["high"]) * scale
+        ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
+
+
+def _save(fig, out: Path) -> Path:
+    from rlkit.figure_style import FIGURE_DPI
+    from rlkit.plotting import plt
+
+    fig.tight_layout()
+    write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
     plt.close(fig)
     return out
+
+
+def plot_learning_curves(curves: dict, arms: list[str], baseline: str | None, out: Path) -> Path:
+    """``curves.png`` from :func:`learning_curves`: one row per G and metric; left, each arm's
+    held-out value against step (mean over seeds, 95% t-band); right (with a baseline), arm −
+    baseline paired per seed, 0 dashed. One colour per arm (its place in ``arms``)."""
+    from rlkit.figure_style import STYLE
+    from rlkit.plotting import plt
+
+    cells = list(dict.fromkeys((s["group_size"], s["metric"]) for s in curves["series"]))
+    cols = 2 if baseline else 1
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(
+            len(cells), cols, figsize=(4.6 * cols, 3.0 * len(cells)), squeeze=False
+        )
+        for (g, metric), (left, *right) in zip(sorted(cells), axes):
+            name = metric.removeprefix("eval/")
+            for s in curves["series"]:
+                if (s["group_size"], s["metric"]) != (g, metric):
+                    continue
+                colour = f"C{arms.index(s['arm']) % 10}"
+                _draw_band(left, s, colour, s["arm"], scale=100.0)
+                if right and s["vs_baseline"]:
+                    _draw_band(right[0], s["vs_baseline"], colour, s["arm"], scale=100.0)
+            left.set(title=f"{name}, G = {g}", xlabel="step", ylabel=f"{name} (%)")
+            left.legend()
+            if right:
+                right[0].axhline(0.0, color="0.4", linestyle="--", linewidth=0.8)
+                right[0].set(
+                    title=f"arm − {baseline}, paired per seed",
+                    xlabel="step",
+                    ylabel="difference (points)",
+                )
+        fig.suptitle(f"held-out {curves['band']}")
+        return _save(fig, out)
+
+
+def plot_dynamics(dynamics: dict, arms: list[str], out: Path) -> Path:
+    """``dynamics.png`` from :func:`training_dynamics`: one row per G, one panel per metric that
+    some arm logged, one colour per arm; a metric an arm did not log has no line for it."""
+    from rlkit.figure_style import STYLE
+    from rlkit.plotting import STANDARD_CURVES, plt
+
+    titles = STANDARD_CURVES | {
+        "grad_norm": "grad norm (before clipping)",
+        "clip_ratio/region_mean": "clip fraction (tokens)",
+    }
+    series = dynamics["series"]
+    metrics = [m for m in DYNAMICS if any(s["metric"] == m for s in series)]
+    sizes = sorted({s["group_size"] for s in series})
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(
+            len(sizes), len(metrics), figsize=(3.8 * len(metrics), 3.0 * len(sizes)), squeeze=False
+        )
+        for g, row in zip(sizes, axes):
+            for metric, ax in zip(metrics, row):
+                for s in series:
+                    if (s["group_size"], s["metric"]) == (g, metric):
+                        _draw_band(ax, s, f"C{arms.index(s['arm']) % 10}", s["arm"])
+                ax.set(title=f"{titles[metric]}, G = {g}", xlabel="step")
+                ax.legend()
+        fig.suptitle(f"training dynamics: {dynamics['band']}")
+        return _save(fig, out)
+
+
+def curves_markdown(summary: dict) -> list[str]:
+    """summary.md's paragraphs on ``curves.png`` and ``dynamics.png``: what the bands are, and
+    which metrics which arms did not log (left out, not drawn as 0)."""
+    baseline = summary["baseline"]
+    paired = (
+        f" Right: arm − {baseline} paired per seed (the seeds both finished), mean and 95% "
+        "t-band of the per-seed differences, only at steps every one of those seeds evaluated in "
+        "both arms."
+        if baseline
+        else ""
+    )
+    lines = [
+        f"Learning curves (`{CURVES_FIGURE}`): held-out greedy accuracy and Pass@1 against step, "
+        f"{summary['curves']['band']}, at the steps every seed of the arm evaluated.{paired} "
+        'The numbers are in summary.json["curves"].',
+        "",
+        f"![learning curves]({CURVES_FIGURE})",
+        "",
+    ]
+    dynamics = summary["dynamics"]
+    absent = defaultdict(list)
+    for n in dynamics["not_logged"]:
+        absent[n["metric"]].append(
+            f"{n['arm']} at G = {n['group_size']} ({n['seeds_logged']}/{len(n['seeds'])} seeds)"
+        )
+    note = "; ".join(f"`{m}`: {', '.join(where)}" for m, where in absent.items())
+    lines.append(
+        f"Training dynamics (`{DYNAMICS_FIGURE}`): "
+        + ", ".join(f"`{m}`" for m in DYNAMICS)
+        + f" (gradient norm before clipping; KL only with β > 0), {dynamics['band']}; "
+        'the numbers are in summary.json["dynamics"].'
+        + (f" Not logged by every seed, so left out (not drawn as 0): {note}." if note else "")
+    )
+    if dynamics["series"]:
+        lines += ["", f"![training dynamics]({DYNAMICS_FIGURE})"]
+    return lines + [""]
 
 
 def markdown(summary: dict, missing: dict[str, str]) -> str:
@@ -422,6 +618,8 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
         left_out = "; ".join(f"{run_dir} ({why})" for run_dir, why in missing.items())
         lines += [f"Left out (not finished or not readable): {left_out}", ""]
     lines += [f"![accuracy vs generated tokens]({FIGURE})", ""]
+    if "curves" in summary:  # a summary written before the curves renders as it was
+        lines += curves_markdown(summary)
     return "\n".join(lines)
 
 
@@ -486,6 +684,8 @@ def write_report(
         summary["manipulation"] = manipulation_checks(runs, manipulation)
     if claims:
         summary["claims"] = judge_claims(summary, claims)
+    summary["curves"] = learning_curves(runs, summary["baseline"])
+    summary["dynamics"] = training_dynamics(runs)
     try:  # every file is built before the first is written
         files = summary_files(summary, missing)
     except ValueError as err:
@@ -493,6 +693,10 @@ def write_report(
     try:
         out.mkdir(parents=True, exist_ok=True)
         plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
+        arms = list(dict.fromkeys(run["arm"] for run in manifest["runs"]))
+        plot_learning_curves(summary["curves"], arms, summary["baseline"], out / CURVES_FIGURE)
+        if summary["dynamics"]["series"]:
+            plot_dynamics(summary["dynamics"], arms, out / DYNAMICS_FIGURE)
         for name, text in files.items():
             write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, newline=""))
     except OSError as err:

@@ -138,3 +138,33 @@ def test_sweep_report_figure_is_readable_at_its_saved_size(tmp_path, monkeypatch
     (fig,) = figures
     assert Image.open(out).size == tuple(round(v * FIGURE_DPI) for v in fig.get_size_inches())
     assert min(text_heights_px(fig).values()) >= MIN_TEXT_PX
+
+
+def test_sweep_curves_and_dynamics_are_readable_and_keep_each_arms_colour(tmp_path, monkeypatch):
+    from rlkit import report
+
+    figures = []
+    monkeypatch.setattr(rlkit_plotting.plt, "close", figures.append)
+    evals = [{"step": s, "eval/greedy_accuracy": 0.5, "eval/pass@1": 0.25} for s in (0, 5, 10)]
+    run = evals + [{"step": s, "grad_norm": 1.0 + s, "entropy": 0.4} for s in range(1, 11)]
+    runs = {(arm, 4): {0: run, 1: run} for arm in ("GRPO", "EBPO")}
+    runs["AGPO", 4] = {0: evals, 1: evals}  # logs no training signal: no line in dynamics.png
+    arms = ["GRPO", "EBPO", "AGPO"]
+    curves = report.plot_learning_curves(
+        report.learning_curves(runs, "GRPO"), arms, "GRPO", tmp_path / "c.png"
+    )
+    dynamics = report.plot_dynamics(report.training_dynamics(runs), arms, tmp_path / "d.png")
+    for out, fig in zip((curves, dynamics), figures, strict=True):
+        assert Image.open(out).size == tuple(round(v * FIGURE_DPI) for v in fig.get_size_inches())
+        assert min(text_heights_px(fig).values()) >= MIN_TEXT_PX
+    colours = {}
+    for fig in figures:
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if not line.get_label().startswith("_"):
+                    colours.setdefault(line.get_label(), set()).add(line.get_color())
+    assert colours == {"GRPO": {"C0"}, "EBPO": {"C1"}, "AGPO": {"C2"}}
+    assert [ax.get_title() for ax in figures[1].axes] == [
+        "grad norm (before clipping), G = 4",
+        "policy entropy (nats/token), G = 4",
+    ]

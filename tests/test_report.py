@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from PIL import Image
 from scipy import stats
 
 from rlkit.cli import main
@@ -21,11 +22,15 @@ from rlkit.report import (
     claim_verdict,
     eval_curve,
     judge_claim,
+    learning_curves,
     paired_comparison,
     paired_stats,
     pooled_mdd,
     shift_recovery,
+    step_band,
+    summary_files,
     summary_row,
+    training_dynamics,
     write_report,
 )
 from rlkit.tasks.loader import load_problems
@@ -446,3 +451,113 @@ def test_left_out_runs_given_with_dot_slash_keep_the_manifest_order(tmp_path, sw
         patch.chdir(tmp_path)
         summary, _, _ = summary_of(sweep_dir, tmp_path / "results")
     assert summary["missing"] == ["sweep/A/G4/seed1", "sweep/B/G4/seed5"]
+
+
+T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom (3 seeds)
+
+
+def test_step_band_by_hand_at_the_steps_every_seed_logged():
+    # 3 seeds; seed 1 has no value at step 5, so step 5 is left out (never filled in)
+    series = [{0: 0.1, 5: 0.4, 10: 1.0}, {0: 0.2, 10: 2.0}, {0: 0.3, 5: 0.6, 10: 3.0}]
+    band = step_band(series)
+    assert band["steps"] == [0, 10]
+    assert band["mean"] == pytest.approx([0.2, 2.0])
+    half = T_975_2 * np.array([0.1, 1.0]) / np.sqrt(3)  # t · sd / √n, sd 0.1 and 1.0
+    assert band["low"] == pytest.approx([0.2 - half[0], 2.0 - half[1]])
+    assert band["high"] == pytest.approx([0.2 + half[0], 2.0 + half[1]])
+    assert step_band(series[:1]) == {"steps": [0, 5, 10], "mean": [0.1, 0.4, 1.0]} | {
+        "low": [None] * 3,
+        "high": [None] * 3,
+    }
+
+
+def evaluations(greedy: dict) -> list[dict]:
+    """Metric rows of one run: greedy accuracy at each step given, Pass@1 half of it."""
+    return [
+        {"step": st, "eval/greedy_accuracy": v, "eval/pass@1": None if v is None else v / 2}
+        for st, v in greedy.items()
+    ]
+
+
+def test_learning_curves_pair_each_seed_at_the_common_steps_only():
+    a = [{0: 0.5, 5: 0.625, 10: 0.5}, {0: 0.5, 5: 0.5, 10: 0.5}, {0: 0.5, 5: 0.75, 10: 0.5}]
+    # B's seed 1 logged a null at step 5; its seed 3 has no baseline run to pair with
+    b = [{0: 0.5, 5: 0.75, 10: 0.75}, {0: 0.5, 5: None, 10: 0.5}, {0: 0.5, 5: 0.75, 10: 0.625}]
+    b.append({0: 0.5, 5: 1.0, 10: 1.0})
+    runs = {
+        ("A", 4): {s: evaluations(v) for s, v in enumerate(a)},
+        ("B", 4): {s: evaluations(v) for s, v in enumerate(b)},
+    }
+    curves = learning_curves(runs, "A")
+    series = {(s["arm"], s["metric"]): s for s in curves["series"]}
+    assert curves["x"] == "step" and "95% Student-t" in curves["band"]
+    greedy = series["B", "eval/greedy_accuracy"]
+    assert greedy["seeds"] == [0, 1, 2, 3] and greedy["steps"] == [0, 10]
+    assert greedy["mean"] == [0.5, (0.75 + 0.5 + 0.625 + 1.0) / 4]
+    paired = greedy["vs_baseline"]
+    assert paired["seeds"] == [0, 1, 2] and paired["steps"] == [0, 10]
+    # per-seed differences at step 10: 0.25, 0, 0.125 (mean 0.125, sd 0.125)
+    half = T_975_2 * 0.125 / np.sqrt(3)
+    assert paired["mean"] == [0.0, 0.125]
+    assert paired["low"] == pytest.approx([0.0, 0.125 - half])
+    assert paired["high"] == pytest.approx([0.0, 0.125 + half])
+    assert series["B", "eval/pass@1"]["vs_baseline"]["mean"] == [0.0, 0.0625]
+    a_greedy = series["A", "eval/greedy_accuracy"]
+    assert a_greedy["steps"] == [0, 5, 10] and a_greedy["vs_baseline"] is None
+    assert all(s["vs_baseline"] is None for s in learning_curves(runs, None)["series"])
+
+
+def test_training_dynamics_leave_out_what_a_run_did_not_log():
+    def run(seed, **extra):
+        return [{"step": 0, "eval/greedy_accuracy": 0.5}] + [
+            {"step": st, "grad_norm": 1.0 + seed + st} | {k: v[st - 1] for k, v in extra.items()}
+            for st in (1, 2, 3)
+        ]
+
+    runs = {
+        ("A", 4): {s: run(s, kl=[0.0, 0.01 * s, 0.02]) for s in range(3)},
+        ("B", 4): {0: run(0), 1: run(1, entropy=[0.5, 0.4, 0.3]), 2: run(2)},
+    }
+    runs["A", 4][0][2]["grad_norm"] = float("nan")  # a skipped step: not a value
+    got = training_dynamics(runs)
+    series = {(s["arm"], s["metric"]): s for s in got["series"]}
+    assert set(series) == {("A", "grad_norm"), ("A", "kl"), ("B", "grad_norm")}
+    assert series["A", "grad_norm"]["steps"] == [1, 3]  # step 2 has a NaN in seed 0
+    assert series["B", "grad_norm"]["mean"] == [3.0, 4.0, 5.0]  # 1 + mean seed (1) + step
+    assert series["A", "kl"]["mean"] == pytest.approx([0.0, 0.01, 0.02])
+    not_logged = {(n["arm"], n["metric"]): n["seeds_logged"] for n in got["not_logged"]}
+    assert not_logged == {
+        ("A", "entropy"): 0,
+        ("A", "clip_ratio/region_mean"): 0,
+        ("B", "kl"): 0,
+        ("B", "entropy"): 1,  # one seed of three: not a band over seeds
+        ("B", "clip_ratio/region_mean"): 0,
+    }
+
+
+def test_report_writes_the_curves_and_the_dynamics_with_their_numbers(tmp_path, sweep_dir):
+    for arm in ("A", "B"):
+        for seed in SEEDS:
+            run_dir = sweep_dir / arm / "G4" / f"seed{seed}"
+            rows = read_rows(run_dir)
+            for r in rows[1:]:
+                r["grad_norm"] = 0.5 + seed
+                if arm == "B":
+                    r["kl"] = 0.01 * r["step"]
+            write_rows(run_dir, rows)
+    summary, _, md = summary_of(sweep_dir, tmp_path / "results")
+    out = tmp_path / "results" / "synthetic"
+    curves = {(s["arm"], s["metric"]): s for s in summary["curves"]["series"]}
+    b = curves["B", "eval/greedy_accuracy"]
+    assert b["steps"] == [0, 4] and b["vs_baseline"]["seeds"] == SEEDS
+    assert b["vs_baseline"]["mean"][1] == pytest.approx(0.05)  # the gains' difference
+    dynamics = {(s["arm"], s["metric"]): s for s in summary["dynamics"]["series"]}
+    assert set(dynamics) == {("A", "grad_norm"), ("B", "grad_norm"), ("B", "kl")}
+    assert dynamics["B", "kl"]["mean"] == pytest.approx([0.01, 0.02, 0.03, 0.04])
+    assert "`kl`: A at G = 4 (0/5 seeds)" in md and "not drawn as 0" in md
+    assert "![learning curves](curves.png)" in md and "![training dynamics](dynamics.png)" in md
+    for name in ("curves.png", "dynamics.png"):
+        assert Image.open(out / name).format == "PNG"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporary left
+    # the summary renders back to its own json (what test_claims checks of committed ones)
+    assert summary_files(summary, {})["summary.json"] == (out / "summary.json").read_text()
