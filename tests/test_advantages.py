@@ -49,6 +49,7 @@ def test_registry_holds_every_spec_estimator():
         "jspo",
         "jspo_plus_plus",
         "ppo",
+        "dpo",
     }
     for name in ESTIMATORS:
         assert get_estimator(name).name == name
