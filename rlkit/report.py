@@ -434,6 +434,15 @@ def training_dynamics(runs: dict) -> dict:
     return {"x": "step", "band": BAND, "series": series, "not_logged": not_logged}
 
 
+def _arm_colour(arms: list[str], arm: str):
+    """One colour per arm, by its place in ``arms``: matplotlib's cycle up to 10 arms, tab20
+    beyond (the cycle would repeat a colour)."""
+    import matplotlib
+
+    i = arms.index(arm)
+    return f"C{i}" if len(arms) <= 10 else matplotlib.colormaps["tab20"](i % 20)
+
+
 def _draw_band(ax, entry: dict, colour: str, label: str | None, scale: float = 1.0) -> None:
     steps, mean = np.array(entry["steps"]), np.array(entry["mean"]) * scale
     ax.plot(steps, mean, color=colour, label=label, marker="o" if len(steps) < 30 else None)
@@ -470,7 +479,7 @@ def plot_learning_curves(curves: dict, arms: list[str], baseline: str | None, ou
             for s in curves["series"]:
                 if (s["group_size"], s["metric"]) != (g, metric):
                     continue
-                colour = f"C{arms.index(s['arm']) % 10}"
+                colour = _arm_colour(arms, s["arm"])
                 _draw_band(left, s, colour, s["arm"], scale=100.0)
                 if right and s["vs_baseline"]:
                     _draw_band(right[0], s["vs_baseline"], colour, s["arm"], scale=100.0)
@@ -508,7 +517,7 @@ def plot_dynamics(dynamics: dict, arms: list[str], out: Path) -> Path:
             for metric, ax in zip(metrics, row):
                 for s in series:
                     if (s["group_size"], s["metric"]) == (g, metric):
-                        _draw_band(ax, s, f"C{arms.index(s['arm']) % 10}", s["arm"])
+                        _draw_band(ax, s, _arm_colour(arms, s["arm"]), s["arm"])
                 ax.set(title=f"{titles[metric]}, G = {g}", xlabel="step")
                 ax.legend()
         fig.suptitle(f"training dynamics: {dynamics['band']}")
