@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from rlkit.demo import run_demo, summary_table
+from rlkit.config import load_config
+from rlkit.demo import METHODS, run_demo, run_overrides, summary_table
+from rlkit.logprobs import PassPlan
+from rlkit.methods import build_method
 
 
 def rows(greedy_start, greedy_end, pass_end):
@@ -30,3 +33,15 @@ def test_demo_refuses_to_replace_a_previous_demo_without_overwrite(tmp_path):
     (tmp_path / "GRPO" / "seed0" / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(ValueError, match="--overwrite"):
         run_demo(tmp_path, seeds=(0,), progress=False)
+
+
+def test_every_method_updates_off_policy_so_agpo_clip_can_act(tmp_path):
+    """One schedule for all: 4 optimizer steps per batch at one learning rate, so the update is
+    off-policy after the first mini-batch and AGPO's adaptive clip is not inactive."""
+    cfgs = {m: load_config("tiny-cpu", run_overrides(m, 0, tmp_path)) for m in METHODS}
+    for method, cfg in cfgs.items():
+        rows = cfg.rollout.num_prompts * cfg.rollout.group_size
+        assert rows // cfg.optim.mini_batch_size == 4, method
+        assert cfg.optim.lr == cfgs["GRPO"].optim.lr, method
+        plan = PassPlan.from_config(cfg, build_method(cfg))
+        assert plan.inactive_clips == (), method
