@@ -34,7 +34,7 @@ from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import generate_in_batches
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
-from rlkit.tis import resolve_tis_cap
+from rlkit.tis import run_tis_cap
 
 
 class Collector:
@@ -101,7 +101,7 @@ class Collector:
             on_error=cfg.task.on_reward_error,
         )
         ro = cfg.rollout
-        record = resolve_tis_cap(cfg.loss.tis_cap, ro.engine, ro.generation_copy) is not None
+        record = run_tis_cap(cfg) is not None
         copy = GenerationCopy(policy.model) if ro.generation_copy == "dequantized" else None
         fuse = resolve_fuse_lora(ro.fuse_lora, ro.engine, cfg.model.mode)
         return cls(policy, scorer, ro, phases, engine, record, dist, full_weights, copy, fuse)

@@ -29,7 +29,7 @@ from rlkit.models.spec import ModelSpec
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
-from rlkit.tis import resolve_tis_cap
+from rlkit.tis import run_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -190,7 +190,7 @@ class DPOConfig:
     beta: float = 0.1  # β of the preference loss (TRL's DPOConfig and OnlineDPOConfig)
     # online: pairs from each step's fresh rollouts; offline: pairs collected at the first step
     # from the starting policy over offline_batches batches of prompts (0: one per step, the
-    # prompts and the generation an online run has), step k training on batch k mod that
+    # prompts and the generation an online run has), step k training on batch (k − 1) mod that
     mode: str = "online"
     offline_batches: int = 0
 
@@ -721,11 +721,7 @@ def check_combination(cfg: TrainConfig) -> None:
             "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
             "bitsandbytes' 4-bit weights; use parallel.strategy=ddp"
         )
-    if (
-        resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)
-        is not None
-        and cfg.loss.ratio_temperature != "sampling"
-    ):
+    if run_tis_cap(cfg) is not None and cfg.loss.ratio_temperature != "sampling":
         raise ValueError(
             f"loss.tis_cap={cfg.loss.tis_cap} (on with rollout.engine={cfg.rollout.engine}, "
             f"rollout.generation_copy={cfg.rollout.generation_copy}) "

@@ -37,7 +37,7 @@ from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.ppo import clipped_value_loss
 from rlkit.rollout import NonFiniteScoresError
-from rlkit.tis import importance_weights, mismatch_metrics, resolve_tis_cap
+from rlkit.tis import importance_weights, mismatch_metrics, run_tis_cap
 
 CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac"]  # verl's names
 
@@ -157,9 +157,7 @@ class PolicyUpdate:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.guard = NonFiniteGuard(cfg.optim.max_nonfinite_skips, cfg.optim.lr)
-        self.tis_cap = resolve_tis_cap(
-            cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy
-        )
+        self.tis_cap = run_tis_cap(cfg)
 
     @property
     def lr(self) -> float:
@@ -331,16 +329,17 @@ class PolicyUpdate:
 
     def preference(self, batch: TrainBatch, pairs: Pairs, beta: float, step: int) -> UpdateResult:
         """DPO's update (docs/algorithms.md §4d): μ epochs over mini-batches of pairs,
-        ``optim.mini_batch_size // 2`` pairs per optimizer step (0: every pair) and
-        ``optim.micro_batch_size // 2`` per forward (0: the mini-batch), each mini-batch's loss
+        ``optim.mini_batch_size // 2`` pairs per optimizer step (0: every pair; at least 1) and
+        ``optim.micro_batch_size // 2`` per forward (0: the mini-batch; at least 1), its loss
         the mean of eq. 4d.1 over its pairs. Sequence log-probs sum the completion's real tokens
         at the ratio temperature, the reference's from ``batch.ref_logp``. A step without pairs
-        updates nothing (the schedule still steps) and logs NaN pair statistics. One process."""
+        updates nothing (the schedule still steps) and logs NaN loss, gradient norm and pair
+        statistics. One process."""
         opt = self.cfg.optim
         k = len(pairs)
-        mini = opt.mini_batch_size // 2 or k
-        micro = opt.micro_batch_size // 2 or mini
-        mini, micro = max(mini, 1), max(min(micro, mini), 1)
+        # a set size of one row still means one pair per step / forward, never "all of them"
+        mini = max(opt.mini_batch_size // 2, 1) if opt.mini_batch_size else max(k, 1)
+        micro = min(max(opt.micro_batch_size // 2, 1), mini) if opt.micro_batch_size else mini
         mask = batch.rollouts.completion_mask
         ref = (batch.ref_logp * mask).sum(-1)  # [B] log π_ref(y) of each row
         means = StepMeans(["loss", *DPO_METRICS, "grad_norm"])
@@ -376,8 +375,8 @@ class PolicyUpdate:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         stats = means.result()
-        if k == 0:  # no pair: no update, and no pair statistics to average
-            stats |= dict.fromkeys(DPO_METRICS, math.nan)
+        if k == 0:  # no pair: no update, so no loss, gradient norm or pair statistics
+            stats |= dict.fromkeys(("loss", *DPO_METRICS, "grad_norm"), math.nan)
         return UpdateResult(stats, batch.old)
 
     def micro_order(self, mb: torch.Tensor, micro: int, group_size: int) -> torch.Tensor:

@@ -207,7 +207,7 @@ def test_a_step_without_pairs_logs_and_does_not_update(tmp_path, tiny_model_dir)
     row = read_metrics(tmp_path)[1]
     assert row["dpo/pairs"] == 0 and row["dpo/prompts_without_pair"] == 4
     assert row["optimizer_steps"] == 0
-    assert all(row[key] is None for key in DPO_METRICS)
+    assert all(row[key] is None for key in ("loss", *DPO_METRICS, "grad_norm"))
     trained = trainer.policy.trainable_parameters()
     assert all(torch.equal(a, b.detach()) for a, b in zip(start, trained, strict=True))
 
@@ -307,3 +307,34 @@ def test_dpo_refuses_several_processes(tmp_path, tiny_model_dir):
     cfg = dpo_config(tmp_path, tiny_model_dir)
     with pytest.raises(ValueError, match="algo.estimator=dpo with 2 processes"):
         build_method(cfg, TwoRanks())
+
+
+def test_one_row_micro_batches_still_take_one_pair_per_forward(tmp_path):
+    """optim.micro_batch_size=1 (a memory bound) gives one pair per forward, not the whole
+    mini-batch in one (1 // 2 is 0, which means "unset")."""
+    from rlkit.trainer import Trainer
+
+    trainer = Trainer(dpo_config(tmp_path, "unused", TINY, "optim.micro_batch_size=1"))
+    sizes = []
+    train = trainer.forward.train
+    trainer.forward.train = lambda rollouts, *rest: (
+        sizes.append(rollouts.input_ids.shape[0]) or train(rollouts, *rest)
+    )
+    row = trainer.step()
+    assert row["dpo/pairs"] > 1 and set(sizes) == {2}  # each forward: one chosen, one rejected
+
+
+def test_dpo_on_a_sampler_that_is_not_the_training_forward_needs_no_tis(tmp_path):
+    """DPO's sequence loss takes no per-token weight: with rollout.engine=hf_static (where
+    loss.tis_cap=auto would turn TIS on) at loss.ratio_temperature=1.0 the config loads, and
+    neither the update nor the collector records or applies importance weights."""
+    from rlkit.config import load_config
+    from rlkit.tis import run_tis_cap
+
+    cfg = load_config(
+        "tiny-cpu",
+        ["algo.estimator=dpo", "rollout.engine=hf_static", "loss.ratio_temperature=1.0"],
+    )
+    assert run_tis_cap(cfg) is None
+    grpo = load_config("tiny-cpu", ["rollout.engine=hf_static"])
+    assert run_tis_cap(grpo) == 3.0
