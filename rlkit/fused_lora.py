@@ -68,8 +68,11 @@ def _unfusable(layer: torch.nn.Module) -> tuple[str | None, str | None]:
     if len(active) != 1:
         return None, f"it has {len(active)} active adapters (fusion takes one)"
     adapter = active[0]
-    if adapter in layer.lora_variant:
-        return None, f"adapter {adapter!r} is a {type(layer.lora_variant[adapter]).__name__}"
+    variant = getattr(layer, "lora_variant", {}).get(adapter)  # peft >= 0.16
+    if variant is not None:
+        return None, f"adapter {adapter!r} is a {type(variant).__name__}"
+    if getattr(layer, "use_dora", {}).get(adapter, False):  # peft < 0.16 marks DoRA here
+        return None, f"adapter {adapter!r} is a DoRA adapter"
     if layer.lora_B[adapter].bias is not None:
         return None, f"adapter {adapter!r} has a LoRA bias"
     return adapter, None
