@@ -962,12 +962,14 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
       ``not shown equivalent``;
     - non-inferiority: ``non-inferior`` when the one-sided 95% lower bound of direction·μ (the
       90% interval's end) lies above −margin, else ``not shown non-inferior``;
-    - ``not testable (...)`` under 2 paired seeds, when a half_baseline_gain margin (half of
-      the vs arm's mean end − start gain) is not positive, or when a manipulation check of the
-      arm at that G did not act (``summary["manipulation"]``, :func:`manipulation_checks`;
-      ``manipulation_acted``: None when the arm has no check). Such a claim still counts in its
-      family's Holm correction: it was pre-registered, and leaving it out after the runs would
-      make the family depend on what the runs did.
+    - ``not testable (...)`` under 2 paired seeds (such a claim has no p, so Holm's family
+      leaves it out), for an equivalence or non-inferiority claim whose half_baseline_gain margin
+      (half of the vs arm's mean end − start gain) is not positive (a superiority claim is then
+      judged without the equivalence reading), or when a manipulation check of the arm at that G
+      did not act (``summary["manipulation"]``, :func:`manipulation_checks`;
+      ``manipulation_acted``: None when the arm has no check). A claim whose manipulation did not
+      act still counts in its family's Holm correction: it was pre-registered, and leaving it out
+      after the runs would make the family depend on what the runs did.
     """
     results = [_test_claim(summary, claim) for claim in claims]
     for family in dict.fromkeys(r["family"] for r in results):
