@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from rlkit.batch import CollectStats, Groups
-from rlkit.config import RolloutConfig, TrainConfig
+from rlkit.config import RolloutConfig, TrainConfig, run_tis_cap
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.dist import Collective, Local
@@ -34,7 +34,6 @@ from rlkit.rewards import RewardScorer, get_reward_fn
 from rlkit.rollout import generate_in_batches
 from rlkit.sampling import PromptSampler
 from rlkit.tasks.base import Problem
-from rlkit.tis import run_tis_cap
 
 
 class Collector:

@@ -29,7 +29,7 @@ from rlkit.models.spec import ModelSpec
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
-from rlkit.tis import run_tis_cap
+from rlkit.tis import resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -736,6 +736,15 @@ def check_combination(cfg: TrainConfig) -> None:
         )
     if ignored := ignored_settings(cfg):
         raise ValueError(ignored[0])
+
+
+def run_tis_cap(cfg: TrainConfig) -> float | None:
+    """C for a run (`rlkit.tis`): :func:`rlkit.tis.resolve_tis_cap` of its ``loss.tis_cap``,
+    engine and generation copy, or None for DPO, whose sequence loss (docs/algorithms.md §4d)
+    takes no per-token weight."""
+    if cfg.algo.estimator == "dpo":
+        return None
+    return resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)
 
 
 def check_dpo(cfg: TrainConfig) -> None:

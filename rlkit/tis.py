@@ -46,15 +46,6 @@ def resolve_tis_cap(
     return float(tis_cap)
 
 
-def run_tis_cap(cfg) -> float | None:
-    """C for a run's :class:`rlkit.config.TrainConfig`: :func:`resolve_tis_cap` of its
-    ``loss.tis_cap``, engine and generation copy, or None for DPO, whose sequence loss
-    (docs/algorithms.md §4d) takes no per-token weight."""
-    if cfg.algo.estimator == "dpo":
-        return None
-    return resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)
-
-
 def importance_weights(
     old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float
 ) -> torch.Tensor:

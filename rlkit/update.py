@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
-from rlkit.config import TrainConfig
+from rlkit.config import TrainConfig, run_tis_cap
 from rlkit.dist import Collective
 from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
 from rlkit.logprobs import PassPlan, PolicyForward
@@ -37,7 +37,7 @@ from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.ppo import clipped_value_loss
 from rlkit.rollout import NonFiniteScoresError
-from rlkit.tis import importance_weights, mismatch_metrics, run_tis_cap
+from rlkit.tis import importance_weights, mismatch_metrics
 
 CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac"]  # verl's names
 

@@ -328,8 +328,7 @@ def test_dpo_on_a_sampler_that_is_not_the_training_forward_needs_no_tis(tmp_path
     """DPO's sequence loss takes no per-token weight: with rollout.engine=hf_static (where
     loss.tis_cap=auto would turn TIS on) at loss.ratio_temperature=1.0 the config loads, and
     neither the update nor the collector records or applies importance weights."""
-    from rlkit.config import load_config
-    from rlkit.tis import run_tis_cap
+    from rlkit.config import load_config, run_tis_cap
 
     cfg = load_config(
         "tiny-cpu",
