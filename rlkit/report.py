@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import io
 import json
 import math
@@ -892,8 +893,19 @@ def _finite(value) -> bool:
 def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) -> list[dict]:
     """Each check of each arm and G (spec ``manipulation``): per seed, the mean of its metric
     over the steps that logged a finite value; their mean, min and max over seeds; ``acted``:
-    that mean passes ``acts_if``. A metric that no step logged did not act (mean None): an arm
-    whose manipulation is switched off does not log its signals."""
+    that mean passes ``acts_if``. A metric that no step of the arm logged did not act (mean
+    None): an arm whose manipulation is switched off does not log its signals. A metric that no
+    run of any arm logged is a ValueError naming it and the closest logged names (a misspelt
+    check would otherwise read as a mechanism that did not act)."""
+    logged = {key for seeds in runs.values() for rows in seeds.values() for r in rows for key in r}
+    for arm, arm_checks in checks.items():
+        for check in arm_checks:
+            if runs and check.metric not in logged:
+                close = difflib.get_close_matches(check.metric, sorted(logged), n=3, cutoff=0.5)
+                raise ValueError(
+                    f"manipulation check of {arm}: no run of the sweep logs {check.metric!r}"
+                    f" (closest logged names: {close or 'none'})"
+                )
     out = []
     for (arm, g), seeds in runs.items():
         for check in checks.get(arm, []):

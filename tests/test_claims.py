@@ -240,6 +240,24 @@ def test_committed_summaries_render_back_byte_for_byte(path):
             assert text == f.read(), name
 
 
+def log_in_arm_a(sweep_dir, metric):
+    """Arm A's seed 0 logs ``metric`` (0.1) at step 1."""
+    path = sweep_dir / "A" / "G4" / "seed0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[1][metric] = 0.1
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_check_of_a_metric_no_run_logs_names_it(tmp_path, sweep_dir):
+    """A misspelt metric is an error naming it and the closest logged names, not a mechanism
+    that did not act."""
+    with_spec(sweep_dir, manipulation={"B": [{"metric": "tokens/generatd", "acts_if": "> 0"}]})
+    with pytest.raises(
+        ValueError, match=r"no run of the sweep logs 'tokens/generatd'.*tokens/generated"
+    ):
+        write_report(sweep_dir, tmp_path / "results")
+
+
 def test_manipulation_checks_per_arm_and_claims_on_an_arm_that_did_not_act(tmp_path, sweep_dir):
     # every run logs tokens/generated = (100 + 10·seed)·step at steps 1..4: per-seed mean
     # 2.5·(100 + 10·seed), so 250 .. 350 over seeds 0..4, mean 300
@@ -251,6 +269,7 @@ def test_manipulation_checks_per_arm_and_claims_on_an_arm_that_did_not_act(tmp_p
         ],
     }
     claim = {"name": "c", "arm": "B", "test": "superiority", "direction": 1}
+    log_in_arm_a(sweep_dir, "agpo/epsilon/mean")  # logged by the sweep, never by B
     with_spec(
         sweep_dir,
         manipulation=manipulation,
