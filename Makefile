@@ -41,7 +41,8 @@ notebooks: $(BIN)/.notebooks
 
 # Re-execute every notebook at full scale (one thread; minutes), then check that each figure the
 # README's notebooks table quotes in backticks (`label … figure`) still appears in that
-# notebook's outputs, on one line with its label.
+# notebook's outputs, on one line with its label, and that the README's generated table of
+# pre-registered verdicts is what `rlkit verdicts` renders from results/*/summary.json.
 notebooks-full: $(BIN)/.notebooks
 	OMP_NUM_THREADS=1 $(BIN)/python notebooks/execute_full.py
 

@@ -28,8 +28,11 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from rlkit.verdicts import stale_line
+
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
+RESULTS = HERE.parent / "results"
 ROW = re.compile(r"^\|\s*`(\d\d_[a-z_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
 GAP = "…"  # between a quote's parts: any text on the same output line
@@ -111,13 +114,17 @@ def main(argv=None) -> int:
         for path in paths:
             print(f"{path.name}: executing at full scale ...", flush=True)
             print(f"{path.name}: done in {execute(path):.0f} s", flush=True)
-    missing = check_readme()
+    missing, stale = check_readme(), stale_line(README, RESULTS)
     if missing:
         print("README quotes not found on one line of the notebook outputs:", *missing, sep="\n  ")
-        return 1
-    count = sum(len(v) for v in quoted_figures().values())
-    print(f"README: all {count} quoted figures match their labelled notebook output lines")
-    return 0
+    else:
+        count = sum(len(v) for v in quoted_figures().values())
+        print(f"README: all {count} quoted figures match their labelled notebook output lines")
+    if stale:
+        print(f"README's verdict table is stale: {stale}")
+    else:
+        print("README: the pre-registered verdict table matches results/*/summary.json")
+    return 1 if missing or stale else 0
 
 
 if __name__ == "__main__":

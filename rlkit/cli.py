@@ -10,6 +10,7 @@ rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
 rlkit sweep sweeps/SPEC.yaml                  # a resumable grid of runs (rlkit/sweep.py)
 rlkit report runs/sweeps/NAME                 # tables, figures, results/NAME/summary.*
+rlkit verdicts [--check]                      # README's pre-registered verdicts table
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
 
@@ -171,6 +172,20 @@ def _report(args) -> None:
     print(write_report(args.sweep_dir, args.results, args.metric))
 
 
+def _verdicts(args) -> None:
+    from rlkit.verdicts import stale_line, write
+
+    if args.check:
+        stale = stale_line(args.readme, args.results)
+        if stale:
+            raise SystemExit(f"rlkit verdicts: stale: {stale}")
+        print(f"{args.readme}: the verdict table matches {args.results}/*/summary.json")
+    elif write(args.readme, args.results):
+        print(f"{args.readme}: verdict table regenerated from {args.results}/*/summary.json")
+    else:
+        print(f"{args.readme}: verdict table already up to date")
+
+
 def _build_tiny(args) -> None:
     from rlkit.models.tiny import build_tiny_policy, weights_digest
 
@@ -257,6 +272,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", default="eval/greedy_accuracy", help="metric of the MDD and the figure"
     )
     report.set_defaults(func=_report)
+
+    verdicts = sub.add_parser(
+        "verdicts",
+        help="write the README's table of pre-registered verdicts (rlkit/verdicts.py)",
+    )
+    verdicts.add_argument("--results", default="results", help="folder of <sweep>/summary.json")
+    verdicts.add_argument("--readme", default="README.md", help="file with the table's markers")
+    verdicts.add_argument(
+        "--check", action="store_true", help="write nothing; fail if the table is stale"
+    )
+    verdicts.set_defaults(func=_verdicts)
 
     build = sub.add_parser(
         "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"

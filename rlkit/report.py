@@ -1088,6 +1088,27 @@ def _p(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
+def claim_cells(c: dict) -> dict[str, str]:
+    """One judged claim's (:func:`judge_claims`) cells as summary.md and the README's verdict
+    table (:mod:`rlkit.verdicts`) print them: differences, margins and MDDs in points."""
+    margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
+    if c["margin_rule"]:
+        margin += f" ({c['margin_rule']})"
+    exact = _p(c["p_exact"]) + (" (MC)" if (c["p_method"] or "").startswith("Monte") else "")
+    return {
+        "test": c["test"] + ("" if c["direction"] is None else f" ({c['direction']:+d})"),
+        "pair": f"{c['arm']} − {c['vs']}",
+        "metric": c["metric"].removeprefix("eval/"),
+        "seeds": str(len(c["seeds"])),
+        "d": "—" if c["difference"] is None else _fmt_signed(c["difference"]),
+        "margin": margin,
+        "p_exact": exact,
+        "p_holm": _p(c.get("p_holm")),
+        "mdd": _points(c["mdd"]),
+        "planned_mdd": _points(c["planned_mdd"]),
+    }
+
+
 def claims_markdown(claims: list[dict]) -> list[str]:
     """summary.md's table of the pre-registered claims (:func:`judge_claims`)."""
     lines = [
@@ -1104,21 +1125,27 @@ def claims_markdown(claims: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:
-        test = c["test"] + ("" if c["direction"] is None else f" ({c['direction']:+d})")
+        cell = claim_cells(c)
         ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
-        margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
-        if c["margin_rule"]:
-            margin += f" ({c['margin_rule']})"
-        exact = _p(c["p_exact"]) + (" (MC)" if (c["p_method"] or "").startswith("Monte") else "")
-        mdd = _points(c["mdd"])
+        mdd = cell["mdd"]
         if c["planned_mdd"] is not None:
-            mdd += f" ({c['planned_mdd'] * 100:.1f} from {c['planned_from']})"
-        d = "—" if c["difference"] is None else _fmt_signed(c["difference"])
+            mdd += f" ({cell['planned_mdd']} from {c['planned_from']})"
         lines.append(
-            f"| {c['name']} | {c['family']} | {test} | {c['arm']} − {c['vs']} "
-            f"| {c['metric'].removeprefix('eval/')} | {c['group_size']} "
-            f"| {len(c['seeds'])} | {d} | {ci90 or '—'} | {margin} | {_p(c['p_t'])} | {exact} "
-            f"| {_p(c.get('p_holm'))} | {mdd} | {c['verdict']} |"
+            f"| {c['name']} | {c['family']} | {cell['test']} | {cell['pair']} "
+            f"| {cell['metric']} | {c['group_size']} "
+            f"| {cell['seeds']} | {cell['d']} | {ci90 or '—'} | {cell['margin']} "
+            f"| {_p(c['p_t'])} | {cell['p_exact']} | {cell['p_holm']} | {mdd} | {c['verdict']} |"
         )
     sources = [f"- {c['name']}: {c['source']}" for c in claims if c["source"]]
     return lines + [""] + (["Sources:", "", *sources, ""] if sources else [])
+
+
+def claim_verdicts(path: str | Path) -> dict[str, str]:
+    """{claim name: verdict} of a committed ``summary.json``'s pre-registered claims, as
+    ``rlkit report`` judged them (:func:`judge_claims`), for a notebook to assert the verdicts
+    its text states. A ValueError names the file when it has no claims (a sweep without
+    ``claims`` in its spec, or a summary an older report wrote)."""
+    claims = json.loads(Path(path).read_text()).get("claims")
+    if not claims:
+        raise ValueError(f"{path} has no pre-registered claims (the spec's claims: rlkit report)")
+    return {c["name"]: c["verdict"] for c in claims}

@@ -1,0 +1,126 @@
+"""``rlkit verdicts``: the README's table of pre-registered verdicts, rendered from
+results/*/summary.json, and the check that ``make notebooks-full`` runs on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_claims import claims, summary_with
+from test_notebook_figures import execute_full
+
+from rlkit import verdicts
+from rlkit.cli import main
+from rlkit.report import claim_verdicts, judge_claims
+
+ROOT = Path(__file__).resolve().parents[1]
+SUPERIORITY = {"name": "B above A", "test": "superiority", "direction": 1, "margin": 0.01}
+
+
+def write_summary(results: Path, sweep: str, judged: list[dict] | None) -> Path:
+    """results/<sweep>/summary.json holding these judged claims (None: a summary without)."""
+    path = results / sweep / "summary.json"
+    path.parent.mkdir(parents=True)
+    summary = {"name": sweep, "rows": []} | ({} if judged is None else {"claims": judged})
+    path.write_text(json.dumps(summary))
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path) -> tuple[Path, Path]:
+    """A results folder with one sweep of two claims (B − A = +1..+4 points on 4 seeds: B above
+    A is reproduced) and one sweep without claims, and a README with empty markers."""
+    ends = {"A": [0.5] * 4, "B": [0.51, 0.52, 0.53, 0.54]}
+    noninferiority = {"name": "B no worse", "test": "noninferiority", "direction": 1}
+    judged = judge_claims(
+        summary_with(ends), claims(SUPERIORITY, noninferiority | {"margin": 0.01})
+    )
+    results = tmp_path / "results"
+    write_summary(results, "s", judged)
+    write_summary(results, "a_old", None)  # sorts first; contributes no row
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# r\n\ntext\n{verdicts.BEGIN}\n{verdicts.END}\nafter\n")
+    return readme, results
+
+
+def test_render_then_check_passes_and_a_changed_verdict_fails_naming_it(tiny):
+    readme, results = tiny
+    assert verdicts.stale_line(readme, results) is not None  # the empty block is stale
+    assert verdicts.write(readme, results)
+    assert verdicts.stale_line(readme, results) is None
+    assert not verdicts.write(readme, results)  # already fresh: unchanged
+    text = readme.read_text()
+    assert text.startswith(f"# r\n\ntext\n{verdicts.BEGIN}\n| claim | sweep |")
+    assert text.endswith(f"{verdicts.END}\nafter\n")
+    rows = [line for line in text.splitlines() if line.startswith("| B ")]
+    assert rows == [
+        "| B above A | s | superiority (+1) | B − A | greedy_accuracy | 4 | 4 | +2.5 [+0.4, +4.6] "
+        "| 1.00 | 0.0625 | 0.0625 | — / 2.7 | no check | **inconclusive** |",
+        "| B no worse | s | noninferiority (+1) | B − A | greedy_accuracy | 4 | 4 "
+        "| +2.5 [+0.4, +4.6] | 1.00 | 0.0625 | — | — / 2.7 | no check | **non-inferior** |",
+    ]
+    # a summary regenerated with another verdict: the check names the README's stale line
+    path = results / "s" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["claims"][1]["verdict"] = "not shown non-inferior"
+    path.write_text(json.dumps(summary))
+    line = text.splitlines().index(rows[1]) + 1
+    stale = verdicts.stale_line(readme, results)
+    assert stale.startswith(f"{readme} line {line} reads '| B no worse |")
+    assert stale.count("**non-inferior**") == 1 and "**not shown non-inferior**" in stale
+
+
+def test_cli_check_exits_non_zero_on_a_stale_table(tiny, capsys):
+    readme, results = tiny
+    args = ["--readme", str(readme), "--results", str(results)]
+    with pytest.raises(SystemExit, match=r"rlkit verdicts: stale: .*README.md line 5 reads"):
+        main(["verdicts", "--check", *args])
+    assert main(["verdicts", *args]) == 0
+    assert main(["verdicts", "--check", *args]) == 0
+    assert "matches" in capsys.readouterr().out
+
+
+def test_markers_missing_or_repeated_are_named(tiny):
+    readme, results = tiny
+    readme.write_text(f"{verdicts.BEGIN}\nno end\n")
+    with pytest.raises(
+        ValueError, match=r"must hold the line '<!-- verdicts:end -->' exactly once"
+    ):
+        verdicts.stale_line(readme, results)
+    readme.write_text(f"{verdicts.END}\n{verdicts.BEGIN}\n")
+    with pytest.raises(ValueError, match="comes before"):
+        verdicts.write(readme, results)
+
+
+def test_no_claims_anywhere_says_so(tmp_path):
+    write_summary(tmp_path / "results", "old", None)
+    assert verdicts.render(tmp_path / "results") == [
+        "No summary in results/ holds pre-registered claims yet."
+    ]
+
+
+def test_execute_full_fails_on_a_stale_verdict_table(tiny, monkeypatch, capsys):
+    """``make notebooks-full`` (and its --check-only) runs the verdict check."""
+    readme, results = tiny
+    monkeypatch.setattr(execute_full, "check_readme", lambda: [])  # the quotes: tested elsewhere
+    monkeypatch.setattr(execute_full, "README", readme)
+    monkeypatch.setattr(execute_full, "RESULTS", results)
+    assert execute_full.main(["--check-only"]) == 1
+    assert f"verdict table is stale: {readme} line 5" in capsys.readouterr().out
+    verdicts.write(readme, results)
+    assert execute_full.main(["--check-only"]) == 0
+
+
+def test_claim_verdicts_reads_a_summarys_claims(tiny, tmp_path):
+    _, results = tiny
+    assert claim_verdicts(results / "s" / "summary.json") == {
+        "B above A": "inconclusive",
+        "B no worse": "non-inferior",
+    }
+    with pytest.raises(ValueError, match=r"a_old/summary.json has no pre-registered claims"):
+        claim_verdicts(results / "a_old" / "summary.json")
+
+
+def test_the_committed_readme_table_is_fresh():
+    assert verdicts.stale_line(ROOT / "README.md", ROOT / "results") is None
