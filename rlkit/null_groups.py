@@ -44,18 +44,15 @@ def null_group_shares(successes: Sequence[int], k: int, group_sizes=GROUP_SIZES)
     return out
 
 
-def measure(
-    cfg: TrainConfig, group_sizes=GROUP_SIZES, num_prompts: int = 512, seed: int = 0
-) -> dict:
-    """Null-group shares of ``cfg``'s starting policy on ``num_prompts`` of its training prompts
-    (a fixed random subset), k = max(group_sizes) samples each at the rollout temperature."""
+def sampled_successes(cfg: TrainConfig, k: int, num_prompts: int = 512, seed: int = 0) -> list[int]:
+    """Successes among k samples at the rollout temperature of ``cfg``'s starting policy, for each
+    of ``num_prompts`` of its training prompts (a random subset fixed by ``seed``)."""
     from rlkit.trainer import Trainer
 
     trainer = Trainer(cfg, read_only=True)  # the run's own policy, task and scorer; writes nothing
     try:
         problems = trainer.train_problems
         problems = random.Random(seed).sample(problems, min(num_prompts, len(problems)))
-        k = max(group_sizes)
         rates = sampled_pass_rates(
             trainer.policy.model,
             trainer.policy.tokenizer,
@@ -67,8 +64,16 @@ def measure(
         )
     finally:
         trainer.close()
-    successes = (rates * k).round().int().tolist()
-    return null_group_shares(successes, k, group_sizes)
+    return (rates * k).round().int().tolist()
+
+
+def measure(
+    cfg: TrainConfig, group_sizes=GROUP_SIZES, num_prompts: int = 512, seed: int = 0
+) -> dict:
+    """Null-group shares of ``cfg``'s starting policy on ``num_prompts`` of its training prompts
+    (a fixed random subset), k = max(group_sizes) samples each at the rollout temperature."""
+    k = max(group_sizes)
+    return null_group_shares(sampled_successes(cfg, k, num_prompts, seed), k, group_sizes)
 
 
 def format_table(shares: dict, title: str = "") -> str:
