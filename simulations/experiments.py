@@ -632,6 +632,20 @@ class ShiftConfig:
     eps: float = 0.2
     tau: float = 1.0
     dispersion: str = "std"
+    eps_schedule: tuple[float, float] | None = None
+    """(ε before the shift, ε from the shift on) for an arm without the adaptive clip: a fixed
+    schedule that steps at the shift (notebook 05's fixed-ε control); None: ``eps`` every step.
+    An arm with the adaptive clip and a schedule is an error: its controller sets ε."""
+
+    def __post_init__(self):
+        schedule = self.eps_schedule
+        if schedule is not None and (
+            len(schedule) != 2 or not all(0 < float(e) < 1 for e in schedule)
+        ):
+            raise ValueError(
+                f"ShiftConfig.eps_schedule must be (ε before, ε after) with 0 < ε < 1, "
+                f"got {schedule!r}"
+            )
 
 
 def answer_keys(actions: torch.Tensor) -> list[list[str]]:
@@ -679,7 +693,15 @@ def train_shift_bandit(
     ``eps_at_floor`` (share of prompts whose ε sits at ε_min), ``entropy_ratio`` (mean of the
     clip controller's H/H̄_ref before its clamp to [0.5, 1.5]) and ``ratio_at_floor`` (share of
     prompts whose ratio is clamped at 0.5).
+
+    ``config.eps_schedule`` replaces the fixed arm's ε by the schedule's value at each step; it
+    draws nothing, so the random stream stays paired with the other arms'.
     """
+    if adaptive_clip and config.eps_schedule is not None:
+        raise ValueError(
+            f"ShiftConfig.eps_schedule {config.eps_schedule!r} is a fixed clip radius: it needs "
+            "adaptive_clip=False"
+        )
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     pools = [
@@ -718,7 +740,10 @@ def train_shift_bandit(
     )
     log = {k: np.empty(config.steps) for k in keys}
     for step in range(config.steps):
-        bandit = pools[int(step >= config.population.shift_step)]
+        after = int(step >= config.population.shift_step)
+        bandit = pools[after]
+        if config.eps_schedule is not None:
+            agpo.eps = (config.eps_schedule[after],) * 2  # the fixed clip rule reads agpo.eps
         prompts = list(range(bandit.num_prompts))
         groups = agpo.groups(prompts, BanditSampler(bandit, config.group_size, gen))  # 1–3
         stats, tau = groups.probe_stats, groups.temperatures
