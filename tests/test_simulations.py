@@ -248,24 +248,39 @@ def test_shift_bandit_respects_bounds_and_is_paired():
     assert np.allclose(fixed["eps_mean"], 0.2)
 
 
-def test_shift_bandit_eps_schedule_steps_at_the_shift_and_keeps_the_stream_paired():
+def test_shift_bandit_eps_schedule_sets_each_steps_eps_and_keeps_the_stream_paired():
     population = ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6)
     config = ex.ShiftConfig(num_prompts=8, steps=12, population=population)
     fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
-    same = replace(config, eps_schedule=(0.2, 0.2))
+    same = replace(config, eps_schedule=(0.2,) * 12)
     flat = ex.train_shift_bandit(same, seed=0, adaptive_clip=False, adaptive_temperature=False)
     assert all(np.array_equal(fixed[k], flat[k]) for k in fixed)  # draws nothing extra
-    stepped = replace(config, eps_schedule=(0.1, 0.3))
+    eps = tuple(np.linspace(0.1, 0.3, 12).tolist())
+    stepped = replace(config, eps_schedule=eps)
     log = ex.train_shift_bandit(stepped, seed=0, adaptive_clip=False, adaptive_temperature=False)
     for key in ("eps_min", "eps_max"):
-        assert np.allclose(log[key][:6], 0.1) and np.allclose(log[key][6:], 0.3)
+        assert np.allclose(log[key], eps)
     assert log["success"][0] == fixed["success"][0]
     assert not np.array_equal(log["success"], fixed["success"])  # the schedule reached the loss
-    with pytest.raises(ValueError, match="eps_schedule .* needs adaptive_clip=False"):
+    with pytest.raises(ValueError, match="eps_schedule is a fixed .* needs adaptive_clip=False"):
         ex.train_shift_bandit(stepped, seed=0, adaptive_clip=True, adaptive_temperature=False)
-    for bad in ((0.1,), (0.1, 0.0), (0.1, 1.5)):
-        with pytest.raises(ValueError, match="eps_schedule must be"):
-            ex.ShiftConfig(eps_schedule=bad)
+    for bad in ((0.1,) * 11, (0.1,) * 11 + (0.0,), (0.1,) * 11 + (1.5,)):
+        with pytest.raises(ValueError, match=r"one ε per step \(12\), each in \(0, 1\)"):
+            replace(config, eps_schedule=bad)
+
+
+def test_shift_bandit_clip_kwargs_reach_the_adaptive_clip():
+    population = ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6)
+    config = ex.ShiftConfig(num_prompts=8, steps=12, population=population)
+    fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    off = {"entropy_ratio": False, "alpha": 0.0, "gamma": 0.0, "delta": 0.0}
+    neutral = replace(config, clip=off)  # every signal left out: ε = ε_base on every prompt
+    log = ex.train_shift_bandit(neutral, seed=0, adaptive_clip=True, adaptive_temperature=False)
+    assert np.array_equal(log["eps_min"], fixed["eps_min"])
+    assert np.array_equal(log["eps_max"], fixed["eps_max"])
+    assert np.array_equal(log["success"], fixed["success"])
+    with pytest.raises(TypeError, match="alpah"):
+        ex.train_shift_bandit(replace(config, clip={"alpah": 0.0}), 0, True, False)
 
 
 def test_judge_paired_applies_rlkit_reports_tests_and_holm_over_the_family():
