@@ -632,6 +632,26 @@ class ShiftConfig:
     eps: float = 0.2
     tau: float = 1.0
     dispersion: str = "std"
+    clip: dict = field(default_factory=dict)
+    """Keyword arguments of the adaptive clip (``rlkit.controllers.AdaptiveClip``) besides
+    ``eps_base``: ``alpha=0, delta=0`` leave the probe's signals out of ε,
+    ``entropy_ratio=False`` the policy-entropy ratio (notebook 05's leave-one-outs)."""
+    eps_schedule: tuple[float, ...] | None = None
+    """The clip radius at each step (``steps`` values, one ε for every prompt) for an arm without
+    the adaptive clip: notebook 05's fixed-ε controls (a step at the shift, or the adaptive arm's
+    mean ε step by step); None: ``eps`` every step. An arm with the adaptive clip and a schedule
+    is an error: its controller sets ε."""
+
+    def __post_init__(self):
+        schedule = self.eps_schedule
+        if schedule is not None and (
+            len(schedule) != self.steps or not all(0 < float(e) < 1 for e in schedule)
+        ):
+            raise ValueError(
+                f"ShiftConfig.eps_schedule must hold one ε per step ({self.steps}), each in "
+                f"(0, 1); got {len(schedule)} values from {min(schedule, default=None)} to "
+                f"{max(schedule, default=None)}"
+            )
 
 
 def answer_keys(actions: torch.Tensor) -> list[list[str]]:
@@ -679,7 +699,14 @@ def train_shift_bandit(
     ``eps_at_floor`` (share of prompts whose ε sits at ε_min), ``entropy_ratio`` (mean of the
     clip controller's H/H̄_ref before its clamp to [0.5, 1.5]) and ``ratio_at_floor`` (share of
     prompts whose ratio is clamped at 0.5).
+
+    ``config.eps_schedule`` replaces the fixed arm's ε by the schedule's value at each step; it
+    draws nothing, so the random stream stays paired with the other arms'.
     """
+    if adaptive_clip and config.eps_schedule is not None:
+        raise ValueError(
+            "ShiftConfig.eps_schedule is a fixed clip radius per step: it needs adaptive_clip=False"
+        )
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     pools = [
@@ -689,7 +716,7 @@ def train_shift_bandit(
     agpo = AGPO(
         get_estimator("agpo", dispersion=config.dispersion),
         AdaptiveTemperature(tau_base=config.tau),
-        AdaptiveClip(eps_base=config.eps),
+        AdaptiveClip(eps_base=config.eps, **config.clip),
         eps=(config.eps, config.eps),
         tau_base=config.tau,
         dispersion=config.dispersion,
@@ -719,6 +746,8 @@ def train_shift_bandit(
     log = {k: np.empty(config.steps) for k in keys}
     for step in range(config.steps):
         bandit = pools[int(step >= config.population.shift_step)]
+        if config.eps_schedule is not None:
+            agpo.eps = (float(config.eps_schedule[step]),) * 2  # the fixed clip rule reads it
         prompts = list(range(bandit.num_prompts))
         groups = agpo.groups(prompts, BanditSampler(bandit, config.group_size, gen))  # 1–3
         stats, tau = groups.probe_stats, groups.temperatures

@@ -1,5 +1,7 @@
 """Monte-Carlo agreement tests; means with 95% intervals, paired differences and minimum
-detectable differences come from :mod:`rlkit.intervals` and are re-exported here."""
+detectable differences come from :mod:`rlkit.intervals` and are re-exported here; pre-registered
+paired tests on per-seed simulation values go through ``rlkit report``'s own
+(:func:`judge_paired`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import numpy as np
 from scipy import stats as _scipy_stats
 
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
+from rlkit.report import judge_claims
+from rlkit.sweep import Claim
 
 __all__ = [
     "Interval",
@@ -16,6 +20,7 @@ __all__ = [
     "binomial_z",
     "bonferroni_z",
     "minimum_detectable_difference",
+    "judge_paired",
 ]
 
 
@@ -39,3 +44,49 @@ def binomial_z(observed_fraction, probability, num_trials: int):
 def bonferroni_z(num_comparisons: int, family_level: float = 0.01) -> float:
     """Two-sided z threshold keeping the chance of any false alarm among m comparisons ≤ level."""
     return float(_scipy_stats.norm.ppf(1 - family_level / (2 * num_comparisons)))
+
+
+def judge_paired(values: dict, comparisons, family: str) -> list[dict]:
+    """Pre-registered superiority tests of paired per-seed values, by ``rlkit report``'s rule
+    (:func:`rlkit.report.judge_claims`), so a notebook's verdicts and a sweep's mean the same.
+
+    ``values``: {arm: {measure: per-seed values [S]}}, seed s of every arm paired (same seed).
+    ``comparisons``: (arm, vs, measure, direction, margin) tuples, d_s = arm − vs, direction +1
+    (the arm is claimed higher) or −1 (lower), margin the equivalence margin that lets a
+    superiority claim read "not reproduced". All of them form one Holm ``family``. Each result
+    has ``difference`` (mean and 95% interval), ``mdd``, ``p_t`` and ``p_exact`` (one-sided, in
+    the claimed direction; sign flips exact up to 20 seeds), ``p_holm`` and ``verdict``:
+    reproduced, contradicted, not reproduced (equivalent within the margin) or inconclusive.
+    A value that is not finite (a level never reached) is a ValueError naming arm and measure.
+    """
+    for arm, vs, measure, _, _ in comparisons:
+        for name in (arm, vs):
+            if measure not in values.get(name, {}):
+                raise ValueError(f"no per-seed values of {measure!r} for arm {name!r}")
+    rows = []
+    for arm, measures in values.items():
+        for measure, per_seed in measures.items():
+            x = np.asarray(per_seed, dtype=np.float64)
+            if not np.isfinite(x).all():
+                bad = np.flatnonzero(~np.isfinite(x)).tolist()
+                raise ValueError(f"{arm}, {measure}: seeds at {bad} have no finite value")
+            by_seed = {str(s): float(v) for s, v in enumerate(x)}
+            rows.append({"arm": arm, "metric": measure, "group_size": None, "end_by_seed": by_seed})
+    claims = [
+        Claim(
+            name=f"{arm} − {vs}, {measure}",
+            arm=arm,
+            vs=vs,
+            metric=measure,
+            test="superiority",
+            direction=direction,
+            margin=margin,
+            family=family,
+            group_size=None,
+            source=None,
+            planned_mdd=None,
+            planned_from=None,
+        )
+        for arm, vs, measure, direction, margin in comparisons
+    ]
+    return judge_claims({"name": family, "rows": rows}, claims)

@@ -1,6 +1,7 @@
 """Unit tests of simulations/: closed forms against Monte Carlo, determinism, shapes, gradients."""
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from simulations.population import (
 from simulations.stats import (
     Interval,
     binomial_z,
+    judge_paired,
     mean_ci,
     minimum_detectable_difference,
     paired_difference,
@@ -244,6 +246,67 @@ def test_shift_bandit_respects_bounds_and_is_paired():
     assert (adaptive["tau_min"] >= 0.5 - 1e-6).all() and (adaptive["tau_max"] <= 1.5 + 1e-6).all()
     assert adaptive["success"][0] == fixed["success"][0]  # same pool, same start
     assert np.allclose(fixed["eps_mean"], 0.2)
+
+
+def test_shift_bandit_eps_schedule_sets_each_steps_eps_and_keeps_the_stream_paired():
+    population = ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6)
+    config = ex.ShiftConfig(num_prompts=8, steps=12, population=population)
+    fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    same = replace(config, eps_schedule=(0.2,) * 12)
+    flat = ex.train_shift_bandit(same, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    assert all(np.array_equal(fixed[k], flat[k]) for k in fixed)  # draws nothing extra
+    eps = tuple(np.linspace(0.1, 0.3, 12).tolist())
+    stepped = replace(config, eps_schedule=eps)
+    log = ex.train_shift_bandit(stepped, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    for key in ("eps_min", "eps_max"):
+        assert np.allclose(log[key], eps)
+    assert log["success"][0] == fixed["success"][0]
+    assert not np.array_equal(log["success"], fixed["success"])  # the schedule reached the loss
+    with pytest.raises(ValueError, match="eps_schedule is a fixed .* needs adaptive_clip=False"):
+        ex.train_shift_bandit(stepped, seed=0, adaptive_clip=True, adaptive_temperature=False)
+    for bad in ((0.1,) * 11, (0.1,) * 11 + (0.0,), (0.1,) * 11 + (1.5,)):
+        with pytest.raises(ValueError, match=r"one ε per step \(12\), each in \(0, 1\)"):
+            replace(config, eps_schedule=bad)
+
+
+def test_shift_bandit_clip_kwargs_reach_the_adaptive_clip():
+    population = ex.DriftingPopulation(BetaPopulation(3, 2), BetaPopulation(1, 6), 6)
+    config = ex.ShiftConfig(num_prompts=8, steps=12, population=population)
+    fixed = ex.train_shift_bandit(config, seed=0, adaptive_clip=False, adaptive_temperature=False)
+    off = {"entropy_ratio": False, "alpha": 0.0, "gamma": 0.0, "delta": 0.0}
+    neutral = replace(config, clip=off)  # every signal left out: ε = ε_base on every prompt
+    log = ex.train_shift_bandit(neutral, seed=0, adaptive_clip=True, adaptive_temperature=False)
+    assert np.array_equal(log["eps_min"], fixed["eps_min"])
+    assert np.array_equal(log["eps_max"], fixed["eps_max"])
+    assert np.array_equal(log["success"], fixed["success"])
+    with pytest.raises(TypeError, match="alpah"):
+        ex.train_shift_bandit(replace(config, clip={"alpah": 0.0}), 0, True, False)
+
+
+def test_judge_paired_applies_rlkit_reports_tests_and_holm_over_the_family():
+    up = np.arange(1.0, 9.0)  # 8 paired seeds, every difference positive
+    values = {
+        "base": {"m": np.zeros(8)},
+        "better": {"m": up},
+        "same": {"m": np.array([0.01, -0.01] * 4)},
+        "worse": {"m": -up},
+    }
+    comparisons = [(arm, "base", "m", +1, 0.5) for arm in ("better", "same", "worse")]
+    better, same, worse = judge_paired(values, comparisons, family="f")
+    assert better["p_exact"] == 1 / 256  # exact: only the observed flip reaches Σd
+    assert better["p_holm"] == 3 / 256  # Holm over the 3 claims of the family
+    assert better["difference"]["mean"] == 4.5 and better["mdd"] > 0
+    assert [r["verdict"] for r in (better, same, worse)] == [
+        "reproduced",
+        "not reproduced",  # inside ±0.5: equivalent, so the claim is not reproduced
+        "contradicted",
+    ]
+    alone = judge_paired(values, comparisons[:1], family="g")[0]
+    assert alone["p_holm"] == 1 / 256  # a family of one: no adjustment
+    with pytest.raises(ValueError, match="better, m: seeds at \\[2\\]"):
+        judge_paired({**values, "better": {"m": np.r_[up[:2], np.nan, up[3:]]}}, comparisons, "f")
+    with pytest.raises(ValueError, match="'m' for arm 'bettr'"):
+        judge_paired(values, [("bettr", "base", "m", +1, 0.5)], "f")
 
 
 def test_interval_helpers():
