@@ -559,7 +559,13 @@ def run_sweep(
     with SweepLock(spec.out):
         by_status = _by_status(runs)
         write_manifest(spec, spec_path, runs)
-        todo = [run for run in runs if run.key not in by_status["done"]]
+        # Seed by seed (every arm and G of a seed before the next seed), so that a sweep stopped
+        # part-way leaves complete paired seeds rather than some arms with all seeds and others
+        # with none.
+        todo = sorted(
+            (run for run in runs if run.key not in by_status["done"]),
+            key=lambda run: spec.seeds.index(run.seed),
+        )
         workers = spec.workers if workers is None else workers
         if workers is None:
             workers = default_workers(len(todo), spec.threads)

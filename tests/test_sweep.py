@@ -201,6 +201,18 @@ def test_plan_is_arms_by_group_sizes_by_seeds(tmp_path, tiny_model_dir):
     assert run.dir == tmp_path / "out" / "EBPO" / "G4" / "seed1"
 
 
+def test_sweep_trains_seed_by_seed(tmp_path, tiny_model_dir, monkeypatch):
+    """A sweep stopped part-way leaves whole paired seeds: every arm and G of a seed is handed to
+    the pool before the next seed's (the grid itself stays arms x G x seeds)."""
+    path = write_spec(tmp_path, tiny_model_dir, group_sizes=[2, 4], seeds=[3, 1])
+    handed = []
+    monkeypatch.setattr(
+        "rlkit.sweep.run_pool", lambda fn, jobs, *args, **kwargs: handed.extend(jobs)
+    )
+    run_sweep(path, progress=False)
+    assert handed == [f"{a}/G{g}/seed{s}" for s in (3, 1) for a in ("GRPO", "EBPO") for g in (2, 4)]
+
+
 def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path, tiny_model_dir, monkeypatch):
     path = write_spec(tmp_path, tiny_model_dir)
     out = tmp_path / "out"
