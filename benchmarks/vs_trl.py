@@ -22,7 +22,7 @@ with rlkit's character tokenizer, 8 prompts × G = 8, 32 new tokens.
     pip install -e '.[bench]'
     python benchmarks/vs_trl.py --shape tiny --repeats 3
     python benchmarks/vs_trl.py --shape llama11m --repeats 3
-    python benchmarks/vs_trl.py --shape tiny --variant optim.share_prompt_forward=true  # 3 arms
+    python benchmarks/vs_trl.py --shape tiny --variant optim.share_prompt_forward=false  # 3 arms
     python benchmarks/vs_trl.py --smoke        # seconds; checks that every arm runs
 """
 
@@ -340,13 +340,13 @@ def main(argv: list[str] | None = None) -> dict | None:
         default=[],
         metavar="KEY=VALUE",
         help="adds a third arm, rlkit+, with this override on top (repeatable), "
-        "e.g. optim.share_prompt_forward=true: measured in the same alternation",
+        "e.g. optim.share_prompt_forward=false: measured in the same alternation",
     )
     parser.add_argument("--child", choices=("rlkit", "trl"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.shape, args.repeats, args.steps, args.warmup = "smoke", 1, 2, 0
-        args.variant = args.variant or ["optim.share_prompt_forward=true"]
+        args.variant = args.variant or ["optim.share_prompt_forward=false"]
     if args.child:
         child(args)
         return None

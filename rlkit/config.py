@@ -364,9 +364,10 @@ class OptimConfig:
     # Every forward runs each distinct prompt once and lets its G completions attend to the
     # prompt's cached keys/values (rlkit.logprobs._completion_states; docs/algorithms.md §4), also
     # under gradient checkpointing; a split mini-batch's micro-batches take its rows in prompt order.
-    # Same results up to float rounding, so a run with it differs from one without in the last
-    # bits; off by default so the published results reproduce bit for bit.
-    share_prompt_forward: bool = False
+    # Same results as the plain forward up to float rounding. auto: on where the policy supports
+    # it (rlkit.logprobs.prompt_sharing_refusal), else the plain forward with a note; true: on,
+    # and a policy that cannot share is an error at start; false: the plain forward.
+    share_prompt_forward: bool | str = "auto"
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
@@ -383,6 +384,11 @@ class OptimConfig:
         _positive("optim.max_nonfinite_skips", self.max_nonfinite_skips)
         _positive("optim.logprob_micro_batch_size", self.logprob_micro_batch_size, strict=False)
         _positive("optim.logprob_chunk_size", self.logprob_chunk_size, strict=False)
+        share = self.share_prompt_forward
+        if not (isinstance(share, bool) or share == "auto"):
+            raise ValueError(
+                f"optim.share_prompt_forward must be true, false or auto, got {share!r}"
+            )
 
 
 @dataclass

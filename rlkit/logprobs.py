@@ -182,15 +182,67 @@ class _PromptCache(Cache):
         layers = decoder.config.get_text_config().num_hidden_layers
         lengths = [layer.get_seq_length() for layer in self.layers]
         if lengths != [prompt_length] * layers:
-            raise RuntimeError(
+            raise PromptSharingError(
                 f"optim.share_prompt_forward needs every decoder layer's keys and values of the "
                 f"prompts, and {type(decoder).__name__} passed {len(lengths)} of {layers} layers "
-                f"through its cache (lengths {sorted(set(lengths))}, prompt {prompt_length}); "
-                "set optim.share_prompt_forward=false"
+                f"through its cache (lengths {sorted(set(lengths))}, prompt {prompt_length})"
             )
         return _PromptCache(
             [_ReadOnlyPrompt(la.keys[row_prompt], la.values[row_prompt]) for la in self.layers]
         )
+
+
+class PromptSharingError(RuntimeError):
+    """The policy cannot share each prompt's forward across its rows (`prompt_sharing_refusal`)."""
+
+
+def _checkpointed_layers(decoder: torch.nn.Module) -> list[GradientCheckpointingLayer]:
+    return [
+        m
+        for m in decoder.modules()
+        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
+    ]
+
+
+def _checkpointing_refusal(layers: list[GradientCheckpointingLayer]) -> str | None:
+    """Why these checkpointed layers cannot keep the read-only prompt cache (`_cache_kept`), or
+    None: a transformers without ``_can_checkpoint_with_cache``, or reentrant checkpointing."""
+    if not layers:
+        return None
+    layer, checkpoint = layers[0], layers[0]._gradient_checkpointing_func
+    if not hasattr(layer, "_can_checkpoint_with_cache"):
+        return (
+            "optim.share_prompt_forward with model.gradient_checkpointing=true needs a "
+            "transformers whose GradientCheckpointingLayer keeps a read-only cache "
+            f"(_can_checkpoint_with_cache; {type(layer).__name__} has none)"
+        )
+    if getattr(checkpoint, "keywords", {}).get("use_reentrant", True) is not False:
+        return (
+            "optim.share_prompt_forward under gradient checkpointing needs non-reentrant "
+            "checkpointing (use_reentrant=False, as rlkit enables it): a reentrant one does "
+            "not differentiate the prompt keys and values the completion reads"
+        )
+    return None
+
+
+def prompt_sharing_refusal(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot share each prompt's forward across its rows, or None where it can
+    (docs/algorithms.md §4, "One prompt forward per group"): it has no HF decoder, its
+    checkpointing cannot keep the prompt cache (`_checkpointing_refusal`), or a probe (two rows
+    of one two-token prompt, no grad, eval mode, so no randomness is drawn) finds a decoder layer
+    that does not pass its keys and values through the cache (`_PromptCache.for_rows`)."""
+    lm = causal_lm(model)
+    if not hasattr(lm, "get_decoder"):
+        return f"optim.share_prompt_forward needs an HF causal LM, got {type(lm).__name__}"
+    if refusal := _checkpointing_refusal(_checkpointed_layers(lm.get_decoder())):
+        return refusal
+    ids = torch.zeros(2, 3, dtype=torch.long, device=model_device(model))
+    try:
+        with torch.no_grad(), eval_mode(model):
+            _completion_states(lm, ids, torch.ones_like(ids), 2, share_prompts=True)
+    except PromptSharingError as err:
+        return str(err)
+    return None
 
 
 @contextmanager
@@ -206,26 +258,9 @@ def _cache_kept(decoder: torch.nn.Module):
     a transformers without the flag, this raises instead of training on wrong gradients.
     """
     active = torch.is_grad_enabled()
-    layers = [
-        m
-        for m in decoder.modules()
-        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing and m.training
-    ]
-    if active and layers:
-        layer, checkpoint = layers[0], layers[0]._gradient_checkpointing_func
-        if not hasattr(layer, "_can_checkpoint_with_cache"):
-            raise RuntimeError(
-                "optim.share_prompt_forward with model.gradient_checkpointing=true needs a "
-                "transformers whose GradientCheckpointingLayer keeps a read-only cache "
-                f"(_can_checkpoint_with_cache; {type(layer).__name__} has none); upgrade "
-                "transformers or set optim.share_prompt_forward=false"
-            )
-        if getattr(checkpoint, "keywords", {}).get("use_reentrant", True) is not False:
-            raise RuntimeError(
-                "optim.share_prompt_forward under gradient checkpointing needs non-reentrant "
-                "checkpointing (use_reentrant=False, as rlkit enables it): a reentrant one does "
-                "not differentiate the prompt keys and values the completion reads"
-            )
+    layers = [m for m in _checkpointed_layers(decoder) if m.training]
+    if active and (refusal := _checkpointing_refusal(layers)):
+        raise PromptSharingError(refusal)
     flagged = [m for m in layers if not m._can_checkpoint_with_cache] if active else []
     for m in flagged:
         m._can_checkpoint_with_cache = True
@@ -368,8 +403,9 @@ class PolicyForward:
     """`sequence_logprobs` in the configured memory bounds, as the step's passes: ``micro`` rows
     per pass (default the no-grad log-prob micro-batch) and ``optim.logprob_chunk_size``
     positions per head call, sharing each prompt's forward across its rows with
-    ``optim.share_prompt_forward``. ``parallel``: the policy's data-parallel log-prob pass
-    (``rlkit.parallel.wrap``), which every pass of the policy then runs through."""
+    ``share_prompts`` (`PassPlan.share_prompts`, resolved for the policy). ``parallel``: the
+    policy's data-parallel log-prob pass (``rlkit.parallel.wrap``), which every pass of the
+    policy then runs through."""
 
     def __init__(
         self,
@@ -377,9 +413,12 @@ class PolicyForward:
         cfg: TrainConfig,
         phases: Phases,
         parallel: torch.nn.Module | None = None,
+        *,
+        share_prompts: bool,
     ):
         self.policy, self.phases, self.parallel = policy, phases, parallel
         self.opt, self.ratio_temperature = cfg.optim, cfg.loss.ratio_temperature
+        self.share_prompts = share_prompts
 
     def __call__(self, model, rollouts, temps, compute_entropy=False, micro=None, values=False):
         """(log-probs, entropy) of ``model``; ``values``: and the policy's values, a third."""
@@ -392,7 +431,7 @@ class PolicyForward:
             compute_entropy,
             micro,
             opt.logprob_chunk_size or None,
-            opt.share_prompt_forward,
+            self.share_prompts,
             self.parallel if model is self.policy.model else None,
             self.policy.value_head if values else None,
         )
@@ -447,6 +486,8 @@ class PassPlan:
     adaptive clip). ``step_kl``: the method reads the drift after the update (AGPO).
     ``values``: π_old's pass also gives the value head's V_old (PPO), so it always runs.
     ``old``: the loss reads π_old (not DPO's, whose pass then runs only for the logged entropy).
+    ``share_prompts``: every forward shares each prompt's pass across its rows
+    (``optim.share_prompt_forward``; ``auto`` until :meth:`for_model` has seen the policy).
     ``inactive_clips``: the clip settings chosen that cannot act (docs/algorithms.md §4).
     """
 
@@ -461,6 +502,7 @@ class PassPlan:
     update_epochs: int
     mini_batch_size: int
     micro_batch_size: int
+    share_prompts: bool | str
     inactive_clips: tuple[str, ...]
 
     @classmethod
@@ -482,14 +524,31 @@ class PassPlan:
             update_epochs=opt.update_epochs,
             mini_batch_size=opt.mini_batch_size,
             micro_batch_size=opt.micro_batch_size,
+            share_prompts=opt.share_prompt_forward,
             inactive_clips=tuple(inactive_clips(cfg, method.clip_needs_entropy)),
         )
 
     def for_model(self, model: torch.nn.Module) -> PassPlan:
         """The plan for this policy: π_old's pass may be skipped (``skip_redundant_passes``)
-        only if train mode does not change the forward (no active dropout)."""
-        skip = self.skip_redundant
-        return replace(self, mode_free_forward=skip and not train_mode_changes_forward(model))
+        only if train mode does not change the forward (no active dropout); prompts are shared
+        where the policy can share them (`prompt_sharing_refusal`): with ``auto`` a policy that
+        cannot runs the plain forward, with a warning saying why; with ``true`` it is an error."""
+        skip, share = self.skip_redundant, self.share_prompts
+        if share:
+            refusal = prompt_sharing_refusal(model)
+            if refusal and share is True:
+                raise PromptSharingError(f"{refusal}; set optim.share_prompt_forward=false or auto")
+            if refusal:
+                warnings.warn(
+                    f"optim.share_prompt_forward=auto runs the plain forward: {refusal}",
+                    stacklevel=2,
+                )
+            share = refusal is None
+        return replace(
+            self,
+            mode_free_forward=skip and not train_mode_changes_forward(model),
+            share_prompts=share,
+        )
 
     def warn_inactive_clips(self) -> None:
         if self.inactive_clips:

@@ -24,11 +24,11 @@ counted from the shapes, in bytes:
   projection's input to fp32), the final hidden states and their gradient, and one chunk's
   logits with their gradient.
 
-With ``optim.share_prompt_forward`` the log-prob pass and the train micro-batch also hold each
-row's copy of its prompt's keys and values in every layer (the completion pass reads them, and
-under checkpointing the replay in backward reads them again), counted as if no row shared its
-prompt's other tensors: a bound, since the pass falls back to the plain forward when no prompt
-repeats in a micro-batch.
+With ``optim.share_prompt_forward`` (``auto``, the default, counts as on) the log-prob pass and
+the train micro-batch also hold each row's copy of its prompt's keys and values in every layer
+(the completion pass reads them, and under checkpointing the replay in backward reads them
+again), counted as if no row shared its prompt's other tensors: a bound, since the pass falls
+back to the plain forward when no prompt repeats in a micro-batch.
 
 Every phase's peak is the resident weights + adapter + optimizer state plus the phase's own
 tensors. With ``rollout.engine: vllm`` the training rollouts are vLLM's, inside the
@@ -215,8 +215,9 @@ class MemoryPlan:
 
     def shared_prompt(self, rows: int) -> float:
         """The shared prompt forward's per-row copies of the prompt keys and values (0 when
-        ``optim.share_prompt_forward`` is off; rlkit.logprobs._PromptCache)."""
-        if not self.cfg.optim.share_prompt_forward:
+        ``optim.share_prompt_forward`` is off; rlkit.logprobs._PromptCache). ``auto`` counts as
+        on: the plan does not load the policy, and a policy that cannot share needs less."""
+        if not self.passes.share_prompts:
             return 0.0
         return self.kv_cache(rows, self.prompt_tokens)
 

@@ -173,7 +173,9 @@ class Trainer:
         self.eval_engine = self.collector.engine or (
             "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
         )
-        self.forward = PolicyForward(self.policy, cfg, self.phases, self.parallel)
+        self.forward = PolicyForward(
+            self.policy, cfg, self.phases, self.parallel, share_prompts=self.passes.share_prompts
+        )
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
         )

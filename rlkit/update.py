@@ -381,14 +381,13 @@ class PolicyUpdate:
 
     def micro_order(self, mb: torch.Tensor, micro: int, group_size: int) -> torch.Tensor:
         """The mini-batch's rows in the order its micro-batches take them: as drawn, or with
-        ``optim.share_prompt_forward`` (when the mini-batch is split) in prompt order, so that a
-        group's rows share a micro-batch and its prompt runs through the model once there
+        shared prompt forwards (`PassPlan.share_prompts`, when the mini-batch is split) in
+        prompt order, so that a group's rows share a micro-batch and its prompt runs through the model once there
         (`rlkit.logprobs._completion_states`). Which rows form the mini-batch does not change,
         so neither do its gradient and metrics, up to float rounding; Clip-Cov and KL-Cov
         select tokens by micro-batch statistics (docs/algorithms.md §4b), so they keep the
         drawn order."""
-        opt = self.cfg.optim
-        if not opt.share_prompt_forward or micro >= len(mb) or self.cfg.loss.loss_mode != "vanilla":
+        if not self.plan.share_prompts or micro >= len(mb) or self.cfg.loss.loss_mode != "vanilla":
             return mb
         return mb[torch.sort(mb // group_size, stable=True).indices]  # rows of a group are adjacent
 

@@ -35,7 +35,7 @@ def test_vs_trl_smoke(capsys):
     import vs_trl
 
     result = vs_trl.main(["--smoke"])
-    assert result["arms"]["rlkit+"] == ["optim.share_prompt_forward=true"]
+    assert result["arms"]["rlkit+"] == ["optim.share_prompt_forward=false"]
     for name in ("rlkit", "trl", "rlkit+"):
         (run,) = result["runs"][name]
         assert len(run["step_s"]) == 2 and all(t > 0 for t in run["step_s"])

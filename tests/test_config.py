@@ -147,6 +147,16 @@ def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
         load_config("tiny-cpu", [shift, "task.name=gsm8k"])
 
 
+def test_share_prompt_forward_is_auto_by_default_and_takes_true_false_or_auto():
+    assert load_config("tiny-cpu").optim.share_prompt_forward == "auto"
+    for value in (True, False, "auto"):
+        cfg = load_config("tiny-cpu", [f"optim.share_prompt_forward={str(value).lower()}"])
+        assert cfg.optim.share_prompt_forward == value
+    for bad in ("always", "1"):
+        with pytest.raises(ValueError, match=f"optim.share_prompt_forward.*{bad}"):
+            load_config("tiny-cpu", [f"optim.share_prompt_forward={bad}"])
+
+
 def test_shared_prompt_forward_combines_with_gradient_checkpointing():
     """The read-only prompt cache (rlkit.logprobs._PromptCache) lets the 8B presets use both."""
     both = ["optim.share_prompt_forward=true", "model.gradient_checkpointing=true"]

@@ -152,6 +152,8 @@ SHARED_PROMPT_CASES = {
     # checkpointed layers read the prompt from a cache their replay cannot rewrite
     "checkpointed": ["model.gradient_checkpointing=true"],
     "checkpointed-lora": ["model.mode=lora", "model.lora_r=4", "model.gradient_checkpointing=true"],
+    "ppo-value-head": ["algo.estimator=ppo"],  # V(s_t) from the shared states
+    "dpo-pairs": ["algo.estimator=dpo"],
 }
 
 
@@ -163,7 +165,11 @@ def test_shared_prompt_forward_gives_the_unshared_results(
     gradients and metrics of a step equal the unshared run's up to float rounding."""
     overrides = SHARED_PROMPT_CASES[case]
     plain_rows, plain_grads, _, plain_passes = run_steps(
-        tmp_path / "plain", tiny_model_dir, overrides, skip=True, monkeypatch=monkeypatch
+        tmp_path / "plain",
+        tiny_model_dir,
+        [*overrides, "optim.share_prompt_forward=false"],
+        skip=True,
+        monkeypatch=monkeypatch,
     )
     shared_rows, shared_grads, _, shared_passes = run_steps(
         tmp_path / "shared",
@@ -181,8 +187,11 @@ def test_shared_prompt_forward_gives_the_unshared_results(
         assert_same_metrics(plain, shared, drop_kl=False)
 
 
-def test_shared_prompt_forward_runs_each_prompt_once_in_training(tmp_path, tiny_model_dir):
-    trainer = Trainer(make_config(tmp_path, tiny_model_dir, "optim.share_prompt_forward=true"))
+def test_the_default_runs_each_prompt_once_in_training(tmp_path, tiny_model_dir):
+    """optim.share_prompt_forward=auto, the default, shares the prompts of a policy that can."""
+    trainer = Trainer(make_config(tmp_path, tiny_model_dir))
+    assert trainer.cfg.optim.share_prompt_forward == "auto"
+    assert trainer.passes.share_prompts is True and trainer.forward.share_prompts is True
     rows_seen = []
     decoder = trainer.policy.model.get_decoder()
     hook = decoder.register_forward_hook(

@@ -270,12 +270,18 @@ def test_the_shared_prompt_forward_adds_each_rows_prompt_keys_and_values(
         sequence_logprobs(model, batch, share_prompts=True)
     real = sum(la.keys.nbytes + la.values.nbytes for la in caches[0].layers)
     overrides = ["model.compute_dtype=float32"]
-    plain = tiny_plan(tiny_model_dir, *overrides, prompt_tokens=batch.prompt_length)
-    shared = tiny_plan(
-        tiny_model_dir,
-        *overrides,
-        "optim.share_prompt_forward=true",
-        prompt_tokens=batch.prompt_length,
-    )
+    plans = {
+        share: tiny_plan(
+            tiny_model_dir,
+            *overrides,
+            f"optim.share_prompt_forward={share}",
+            prompt_tokens=batch.prompt_length,
+        )
+        for share in ("false", "true", "auto")
+    }
+    plain, shared = plans["false"], plans["true"]
     assert shared.logprob(4, 8, False) - plain.logprob(4, 8, False) == real > 0
     assert shared.train(4, 8) - plain.train(4, 8) == real
+    # auto, the default, is planned as on: a bound where the policy turns out not to share
+    assert plans["auto"].logprob(4, 8, False) == shared.logprob(4, 8, False)
+    assert plans["auto"].train(4, 8) == shared.train(4, 8)

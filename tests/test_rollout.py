@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
 
 import rlkit.logprobs as logprobs_module
-from rlkit.logprobs import sequence_logprobs
+from rlkit.config import load_config
+from rlkit.logprobs import PassPlan, PromptSharingError, sequence_logprobs
+from rlkit.methods import build_method
 from rlkit.rollout import (
     RolloutBatch,
     RowTemperatureLogitsProcessor,
@@ -513,8 +516,49 @@ def test_shared_prompt_forward_needs_every_layers_keys_and_values(
     """A decoder layer that does not pass its keys and values through the cache (another
     attention, or one that drops the cache) cannot share its prompt: a clear error."""
     batch = generate_rollouts(tiny_model, tiny_tokenizer, PROMPTS * 2, torch.ones(8), 4)
-    attention = tiny_model.model.layers[1].self_attn
-    forward = attention.forward
-    monkeypatch.setattr(attention, "forward", lambda *a, cache=None, **kw: forward(*a, **kw))
+    drop_cache(tiny_model, monkeypatch)
     with pytest.raises(RuntimeError, match="LlamaModel passed 1 of 2 layers"):
         sequence_logprobs(tiny_model, batch, share_prompts=True)
+
+
+def drop_cache(model: torch.nn.Module, monkeypatch) -> None:
+    """``model``'s second decoder layer no longer passes its keys and values through the cache."""
+    attention = model.model.layers[1].self_attn
+    forward = attention.forward
+    monkeypatch.setattr(attention, "forward", lambda *a, cache=None, **kw: forward(*a, **kw))
+
+
+def sharing_plan(share: str) -> PassPlan:
+    cfg = load_config("tiny-cpu", [f"optim.share_prompt_forward={share}"])
+    return PassPlan.from_config(cfg, build_method(cfg))
+
+
+def test_auto_shares_prompts_where_the_policy_can(tiny_model):
+    """The default, auto, shares on a policy that can, quietly; false never shares."""
+    assert load_config("tiny-cpu").optim.share_prompt_forward == "auto"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sharing_plan("auto").for_model(tiny_model).share_prompts is True
+        assert sharing_plan("auto").for_model(checkpointed(tiny_model)).share_prompts is True
+        assert sharing_plan("false").for_model(tiny_model).share_prompts is False
+
+
+@pytest.mark.parametrize(
+    "policy", ["drops-a-layers-cache", "reentrant-checkpointing", "no-decoder"]
+)
+def test_a_policy_that_cannot_share_runs_the_plain_forward_under_auto_and_fails_under_true(
+    tiny_model, monkeypatch, policy
+):
+    """A user who left the default gets the plain forward and a warning saying why; one who set
+    optim.share_prompt_forward=true gets the reason as an error before training starts."""
+    model, reason = tiny_model, "LlamaModel passed 1 of 2 layers"
+    if policy == "drops-a-layers-cache":
+        drop_cache(tiny_model, monkeypatch)
+    elif policy == "reentrant-checkpointing":
+        model, reason = checkpointed(tiny_model, reentrant=True), "non-reentrant"
+    else:
+        model, reason = torch.nn.Linear(2, 2), "needs an HF causal LM, got Linear"
+    with pytest.warns(UserWarning, match=f"auto runs the plain forward: .*{reason}"):
+        assert sharing_plan("auto").for_model(model).share_prompts is False
+    with pytest.raises(PromptSharingError, match=f"{reason}.*set optim.share_prompt_forward=false"):
+        sharing_plan("true").for_model(model)

@@ -87,7 +87,7 @@ CASES: dict[str, tuple[str, ...]] = {
         *FOUR_MINI_BATCHES,
     ),
     "agpo_two_epochs": (*AGPO, "optim.update_epochs=2"),
-    "share_prompt_forward": ("optim.share_prompt_forward=true",),
+    "plain_forward": ("optim.share_prompt_forward=false",),  # the default shares prompts
     "every_pass_kl": ("optim.skip_redundant_passes=false", "loss.kl_coef=0.1"),
     "task_shift": ("task.shift={step: 2, arithmetic: {topics: [mul]}}",),
     "difficulty_order": ("rollout.order=difficulty",),
