@@ -182,10 +182,10 @@ class Claim:
     direction: int | None
     margin: float | str | None
     family: str
-    group_size: int | None
-    source: str | None
-    planned_mdd: float | None
-    planned_from: str | None
+    group_size: int | None = None
+    source: str | None = None
+    planned_mdd: float | None = None
+    planned_from: str | None = None
 
 
 def _positive(value) -> bool:

@@ -82,10 +82,6 @@ def judge_paired(values: dict, comparisons, family: str) -> list[dict]:
             direction=direction,
             margin=margin,
             family=family,
-            group_size=None,
-            source=None,
-            planned_mdd=None,
-            planned_from=None,
         )
         for arm, vs, measure, direction, margin in comparisons
     ]
