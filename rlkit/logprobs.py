@@ -193,7 +193,11 @@ class _PromptCache(Cache):
 
 
 class PromptSharingError(RuntimeError):
-    """The policy cannot share each prompt's forward across its rows (`prompt_sharing_refusal`)."""
+    """The policy cannot share each prompt's forward across its rows (`prompt_sharing_refusal`);
+    its message names the reason (``args[0]``) and the remedy, at start or during training."""
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}; set optim.share_prompt_forward=false"
 
 
 def _checkpointed_layers(decoder: torch.nn.Module) -> list[GradientCheckpointingLayer]:
@@ -230,7 +234,9 @@ def prompt_sharing_refusal(model: torch.nn.Module) -> str | None:
     (docs/algorithms.md §4, "One prompt forward per group"): it has no HF decoder, its
     checkpointing cannot keep the prompt cache (`_checkpointing_refusal`), or a probe (two rows
     of one two-token prompt, no grad, eval mode, so no randomness is drawn) finds a decoder layer
-    that does not pass its keys and values through the cache (`_PromptCache.for_rows`)."""
+    that does not pass its keys and values through the cache (`_PromptCache.for_rows`) or fails
+    in any other way (a decoder that refuses rlkit's cache, its mask or its positions): a policy
+    the default cannot share with trains on the plain forward rather than failing to start."""
     lm = causal_lm(model)
     if not hasattr(lm, "get_decoder"):
         return f"optim.share_prompt_forward needs an HF causal LM, got {type(lm).__name__}"
@@ -241,7 +247,9 @@ def prompt_sharing_refusal(model: torch.nn.Module) -> str | None:
         with torch.no_grad(), eval_mode(model):
             _completion_states(lm, ids, torch.ones_like(ids), 2, share_prompts=True)
     except PromptSharingError as err:
-        return str(err)
+        return err.args[0]
+    except Exception as err:  # noqa: BLE001 - any failure of the shared forward is a refusal
+        return f"the shared prompt forward failed on a probe ({type(err).__name__}: {err})"
     return None
 
 
@@ -537,7 +545,9 @@ class PassPlan:
         if share:
             refusal = prompt_sharing_refusal(model)
             if refusal and share is True:
-                raise PromptSharingError(f"{refusal}; set optim.share_prompt_forward=false or auto")
+                raise PromptSharingError(
+                    f"{refusal} (optim.share_prompt_forward=auto falls back to the plain forward)"
+                )
             if refusal:
                 warnings.warn(
                     f"optim.share_prompt_forward=auto runs the plain forward: {refusal}",

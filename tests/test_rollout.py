@@ -543,8 +543,22 @@ def test_auto_shares_prompts_where_the_policy_can(tiny_model):
         assert sharing_plan("false").for_model(tiny_model).share_prompts is False
 
 
+def refuse_cache(model: torch.nn.Module, monkeypatch) -> None:
+    """``model``'s decoder fails on any cache it is given (as a decoder might that does not take
+    rlkit's `_PromptCache`), with an error that is not rlkit's."""
+    decoder = model.model
+    forward = decoder.forward
+
+    def no_cache(*args, past_key_values=None, **kwargs):
+        if past_key_values is not None:
+            raise TypeError("this decoder takes no cache")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(decoder, "forward", no_cache)
+
+
 @pytest.mark.parametrize(
-    "policy", ["drops-a-layers-cache", "reentrant-checkpointing", "no-decoder"]
+    "policy", ["drops-a-layers-cache", "refuses-the-cache", "reentrant-checkpointing", "no-decoder"]
 )
 def test_a_policy_that_cannot_share_runs_the_plain_forward_under_auto_and_fails_under_true(
     tiny_model, monkeypatch, policy
@@ -554,6 +568,9 @@ def test_a_policy_that_cannot_share_runs_the_plain_forward_under_auto_and_fails_
     model, reason = tiny_model, "LlamaModel passed 1 of 2 layers"
     if policy == "drops-a-layers-cache":
         drop_cache(tiny_model, monkeypatch)
+    elif policy == "refuses-the-cache":
+        refuse_cache(tiny_model, monkeypatch)
+        reason = "probe \\(TypeError: this decoder takes no cache\\)"
     elif policy == "reentrant-checkpointing":
         model, reason = checkpointed(tiny_model, reentrant=True), "non-reentrant"
     else:
