@@ -44,6 +44,10 @@ RESUME_OVERRIDES = (
     "model.trust_remote_code",
 )
 
+# Defaults that changed, key -> (old default, new default, date): a run saved under the old one
+# and resumed (or met again by its sweep) under the new one is told how to keep its value.
+CHANGED_DEFAULTS = {"optim.share_prompt_forward": (False, "auto", "2026-12-01")}
+
 
 def confined(run_dir: Path, path: Path) -> Path:
     """``path`` resolved (symlinks followed); a ValueError if it lies outside ``run_dir``."""
@@ -201,8 +205,15 @@ def check_resume_config(saved: TrainConfig, wanted: TrainConfig) -> None:
     for key in sorted(old.keys() | new.keys()):
         if key in (*RESUME_OVERRIDES, "output_dir") or old.get(key) == new.get(key):
             continue
+        hint = ""
+        if key in CHANGED_DEFAULTS and CHANGED_DEFAULTS[key][:2] == (old.get(key), new.get(key)):
+            before, now, date = CHANGED_DEFAULTS[key]
+            hint = (
+                f"; the default of {key} changed from {before!r} to {now!r} on {date}: "
+                f"set {key}={str(before).lower()} to continue this run as it was saved"
+            )
         raise ValueError(
             f"resume: {key}={new.get(key)!r} differs from the run's saved config "
             f"({old.get(key)!r}); a resumed run keeps its config.yaml, only "
-            f"{', '.join(RESUME_OVERRIDES)} may change"
+            f"{', '.join(RESUME_OVERRIDES)} may change{hint}"
         )

@@ -22,7 +22,9 @@ import rlkit.collect as collect_module
 import rlkit.trainer as trainer_module
 from rlkit.checkpoint import latest_checkpoint, save_checkpoint
 from rlkit.cli import main
+from rlkit.config import load_config
 from rlkit.metrics import read_metrics
+from rlkit.rundir import check_resume_config
 from rlkit.trainer import Trainer
 from rlkit.update import NonFiniteError, PolicyUpdate
 
@@ -376,3 +378,16 @@ def test_eval_checkpoint_path_expands_home(run, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(run.parent))
     assert main(["eval", "--checkpoint=~/run", "eval.k=1"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2
+
+
+def test_a_run_saved_under_an_old_default_is_told_how_to_continue():
+    """A run saved before optim.share_prompt_forward's default became auto, met again under the
+    new default (a sweep rerun over its old directories), is refused with the override that
+    keeps its saved value; a value the user chose gets no such hint."""
+    wanted = load_config("tiny-cpu")
+    for saved_value, hinted in ((False, True), (True, False)):
+        saved = load_config("tiny-cpu", [f"optim.share_prompt_forward={saved_value}"])
+        with pytest.raises(ValueError, match="share_prompt_forward='auto' differs") as err:
+            check_resume_config(saved, wanted)
+        hint = "changed from False to 'auto' on 2026-12-01: set optim.share_prompt_forward=false"
+        assert (hint in str(err.value)) is hinted
