@@ -57,21 +57,23 @@ def judge_paired(values: dict, comparisons, family: str) -> list[dict]:
     has ``difference`` (mean and 95% interval), ``mdd``, ``p_t`` and ``p_exact`` (one-sided, in
     the claimed direction; sign flips exact up to 20 seeds), ``p_holm`` and ``verdict``:
     reproduced, contradicted, not reproduced (equivalent within the margin) or inconclusive.
-    A value that is not finite (a level never reached) is a ValueError naming arm and measure.
+    A compared value that is not finite (a level never reached) is a ValueError naming arm and
+    measure; arms and measures no comparison names are not read.
     """
-    for arm, vs, measure, _, _ in comparisons:
-        for name in (arm, vs):
-            if measure not in values.get(name, {}):
-                raise ValueError(f"no per-seed values of {measure!r} for arm {name!r}")
+    compared = dict.fromkeys(
+        (name, measure) for arm, vs, measure, _, _ in comparisons for name in (arm, vs)
+    )
+    for name, measure in compared:
+        if measure not in values.get(name, {}):
+            raise ValueError(f"no per-seed values of {measure!r} for arm {name!r}")
     rows = []
-    for arm, measures in values.items():
-        for measure, per_seed in measures.items():
-            x = np.asarray(per_seed, dtype=np.float64)
-            if not np.isfinite(x).all():
-                bad = np.flatnonzero(~np.isfinite(x)).tolist()
-                raise ValueError(f"{arm}, {measure}: seeds at {bad} have no finite value")
-            by_seed = {str(s): float(v) for s, v in enumerate(x)}
-            rows.append({"arm": arm, "metric": measure, "group_size": None, "end_by_seed": by_seed})
+    for arm, measure in compared:
+        x = np.asarray(values[arm][measure], dtype=np.float64)
+        if not np.isfinite(x).all():
+            bad = np.flatnonzero(~np.isfinite(x)).tolist()
+            raise ValueError(f"{arm}, {measure}: seeds at {bad} have no finite value")
+        by_seed = {str(s): float(v) for s, v in enumerate(x)}
+        rows.append({"arm": arm, "metric": measure, "group_size": None, "end_by_seed": by_seed})
     claims = [
         Claim(
             name=f"{arm} − {vs}, {measure}",

@@ -307,6 +307,13 @@ def test_judge_paired_applies_rlkit_reports_tests_and_holm_over_the_family():
         judge_paired({**values, "better": {"m": np.r_[up[:2], np.nan, up[3:]]}}, comparisons, "f")
     with pytest.raises(ValueError, match="'m' for arm 'bettr'"):
         judge_paired(values, [("bettr", "base", "m", +1, 0.5)], "f")
+    # an arm or measure no comparison names is not read: a level it never reached is no error
+    never = {
+        **values,
+        "unused": {"m": np.full(8, np.nan)},
+        "base": {"m": np.zeros(8), "x": [np.nan]},
+    }
+    assert judge_paired(never, comparisons, "f") == [better, same, worse]
 
 
 def test_interval_helpers():
