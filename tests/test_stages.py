@@ -118,7 +118,8 @@ def test_phase_hooks_wrap_nested_phases_and_time_them():
     ],
 )
 def test_pass_plan_is_decided_from_the_config_and_the_method(overrides, method, on_policy):
-    cfg = load_config("tiny-cpu", overrides)  # 32 prompts × 8 = 256 rows
+    # 32 prompts × 8 = 256 rows; a Linear stands in for the policy, which cannot share prompts
+    cfg = load_config("tiny-cpu", [*overrides, "optim.share_prompt_forward=false"])
     built = build_method(cfg)
     assert type(built) is method
     plan = PassPlan.from_config(cfg, built).for_model(torch.nn.Linear(2, 2))
