@@ -28,19 +28,33 @@ GROUP_SIZES = (2, 4, 8, 16)
 HARD_MIX = "task.arithmetic={topics: [add, sub, mul, mix]}"
 
 
-def null_group_shares(successes: Sequence[int], k: int, group_sizes=GROUP_SIZES) -> dict:
-    """{G: {"all_fail", "all_pass", "null"}}: expected shares of G-groups with identical rewards,
-    from each prompt's number of successes among k samples (G ≤ k)."""
+def subset_success_weights(successes: Sequence[int], k: int, group_size: int) -> np.ndarray:
+    """[G + 1] float64: the chance that a G-subset of one prompt's k samples, drawn without
+    replacement, has s successes (hypergeometric: C(c, s)·C(k − c, G − s) / C(k, G) for a prompt
+    with c), averaged over the prompts (``successes`` = each prompt's count among its k)."""
     counts = np.asarray(successes, dtype=int)
     if counts.size == 0 or counts.min() < 0 or counts.max() > k:
         raise ValueError(f"successes must be counts in [0, {k}] for at least one prompt")
+    if not 1 <= group_size <= k:
+        raise ValueError(f"group size {group_size} needs 1 <= G <= k={k} samples per prompt")
+    total = comb(k, group_size) * counts.size
+    return np.array(
+        [
+            sum(comb(c, s) * comb(k - c, group_size - s) for c in counts.tolist()) / total
+            for s in range(group_size + 1)
+        ]
+    )
+
+
+def null_group_shares(successes: Sequence[int], k: int, group_sizes=GROUP_SIZES) -> dict:
+    """{G: {"all_fail", "all_pass", "null"}}: expected shares of G-groups with identical rewards,
+    from each prompt's number of successes among k samples (G ≤ k): the s = 0 and s = G terms
+    of `subset_success_weights`."""
     out = {}
     for g in group_sizes:
-        if not 1 <= g <= k:
-            raise ValueError(f"group size {g} needs 1 <= G <= k={k} samples per prompt")
-        fail = np.mean([comb(k - c, g) / comb(k, g) for c in counts])
-        win = np.mean([comb(c, g) / comb(k, g) for c in counts])
-        out[g] = {"all_fail": float(fail), "all_pass": float(win), "null": float(fail + win)}
+        w = subset_success_weights(successes, k, g)
+        fail, win = float(w[0]), float(w[g])
+        out[g] = {"all_fail": fail, "all_pass": win, "null": fail + win}
     return out
 
 

@@ -66,10 +66,9 @@ def render(results: str | Path) -> list[str]:
     return lines
 
 
-def _block(text: str, readme: Path) -> tuple[int, int]:
-    """Indices of the begin and end marker lines in ``text``'s lines; a ValueError naming the
-    README when a marker is missing, repeated or out of order."""
-    lines = text.splitlines()
+def _block(lines: list[str], readme: Path) -> tuple[int, int]:
+    """Indices of the begin and end marker lines in the README's ``lines``; a ValueError naming
+    the README when a marker is missing, repeated or out of order."""
     found = {}
     for marker in (BEGIN, END):
         at = [i for i, line in enumerate(lines) if line.strip() == marker]
@@ -89,7 +88,7 @@ def stale_line(readme: str | Path, results: str | Path) -> str | None:
     first: its number in the README, what it reads and what the render gives."""
     readme = Path(readme)
     lines = readme.read_text().splitlines()
-    begin, end = _block("\n".join(lines), readme)
+    begin, end = _block(lines, readme)
     have, want = lines[begin + 1 : end], render(results)
     for i in range(max(len(have), len(want))):
         got = have[i] if i < len(have) else END
@@ -108,7 +107,7 @@ def write(readme: str | Path, results: str | Path) -> bool:
     readme = Path(readme)
     text = readme.read_text()
     lines = text.splitlines(keepends=True)
-    begin, end = _block(text, readme)
+    begin, end = _block(lines, readme)
     new = "".join(lines[: begin + 1] + [line + "\n" for line in render(results)] + lines[end:])
     if new == text:
         return False

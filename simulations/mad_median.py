@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from math import comb
 
 import torch
 
 from rlkit.advantages import get_estimator
 from rlkit.config import load_config
-from rlkit.null_groups import GROUP_SIZES, sampled_successes
+from rlkit.null_groups import GROUP_SIZES, sampled_successes, subset_success_weights
 from rlkit.stats import MAD_MEDIANS, dispersion, group_std
 
 
@@ -60,21 +59,6 @@ def convention_rows(group_size: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def subset_weights(successes: Sequence[int], k: int, group_size: int) -> torch.Tensor:
-    """[G + 1] float64: the chance that a G-subset of one prompt's k samples has s successes,
-    averaged over the prompts (``successes`` = each prompt's count among its k samples)."""
-    if not 1 <= group_size <= k:
-        raise ValueError(f"group size {group_size} needs 1 <= G <= k={k} samples per prompt")
-    if len(successes) == 0 or min(successes) < 0 or max(successes) > k:
-        raise ValueError(f"successes must be counts in [0, {k}] for at least one prompt")
-    total = comb(k, group_size)
-    w = [
-        sum(comb(c, s) * comb(k - c, group_size - s) for c in successes) / (total * len(successes))
-        for s in range(group_size + 1)
-    ]
-    return torch.tensor(w, dtype=torch.float64)
-
-
 def compare(successes: Sequence[int], k: int, group_sizes=GROUP_SIZES) -> dict[int, dict]:
     """{G: shares of G-groups} for prompts with ``successes`` among k samples each:
 
@@ -86,7 +70,7 @@ def compare(successes: Sequence[int], k: int, group_sizes=GROUP_SIZES) -> dict[i
     - ``mean_abs_advantage_midpoint``: E|A_midpoint| per completion over all groups."""
     out = {}
     for g in group_sizes:
-        w = subset_weights(successes, k, g)
+        w = torch.from_numpy(subset_success_weights(successes, k, g))
         rows = convention_rows(g)
         differ = rows["disp_midpoint"] != rows["disp_lower"]
         delta = float((w * rows["abs_delta_advantage"]).sum())

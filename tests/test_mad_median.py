@@ -8,7 +8,8 @@ from itertools import combinations
 
 import pytest
 
-from simulations.mad_median import compare, convention_rows, format_table, subset_weights
+from rlkit.null_groups import subset_success_weights
+from simulations.mad_median import compare, convention_rows, format_table
 
 
 def test_half_success_group_of_four_by_hand():
@@ -69,9 +70,9 @@ def test_prompts_are_averaged_and_inputs_checked():
     assert shares["mean_abs_delta_advantage_where_differ"] == pytest.approx(
         convention_rows(4)["abs_delta_advantage"][2].item(), abs=1e-12
     )
-    assert subset_weights([1, 3], 4, 2).sum().item() == pytest.approx(1.0, abs=1e-12)
+    assert subset_success_weights([1, 3], 4, 2).sum().item() == pytest.approx(1.0, abs=1e-12)
     with pytest.raises(ValueError, match="group size 8"):
-        subset_weights([1], 4, 8)
+        subset_success_weights([1], 4, 8)
     with pytest.raises(ValueError, match=r"counts in \[0, 4\]"):
         compare([5], 4, (2,))
     assert "|  4 | 50.0% |" in format_table({4: shares})
