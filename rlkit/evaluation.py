@@ -88,18 +88,21 @@ def majority_correct(texts: Sequence[str], rewards: torch.Tensor) -> torch.Tenso
 
 @dataclass
 class EvalScores:
-    """Per-problem results: greedy rewards [P, 1], k sampled rewards [P, k] and Maj@k [P]."""
+    """Per-problem results: greedy rewards [P, 1], k sampled rewards [P, k], Maj@k [P] and the
+    P greedy completions (what a reader inspects: notebook 10's kinds of wrong answer)."""
 
     greedy: torch.Tensor
     sampled: torch.Tensor
     majority: torch.Tensor
+    greedy_texts: list[str]
 
     @staticmethod
     def cat(parts: Sequence[EvalScores]) -> EvalScores:
         """Shards of the problems, in order (a sharded evaluation, gathered)."""
         if len(parts) == 1:
             return parts[0]
-        return EvalScores(*(torch.cat([getattr(p, f) for p in parts]) for f in EVAL_FIELDS))
+        tensors = (torch.cat([getattr(p, f) for p in parts]) for f in EVAL_FIELDS)
+        return EvalScores(*tensors, [text for p in parts for text in p.greedy_texts])
 
     def summary(self) -> dict:
         """``eval/greedy_accuracy``, ``eval/pass@1`` (mean over k samples) and ``eval/maj@k``."""
@@ -111,7 +114,7 @@ class EvalScores:
         }
 
 
-EVAL_FIELDS = ("greedy", "sampled", "majority")
+EVAL_FIELDS = ("greedy", "sampled", "majority")  # the tensors; greedy_texts is a list
 
 
 def score_problems(
@@ -131,7 +134,7 @@ def score_problems(
     problem ``i`` (a multiple of ``batch_size // k``) passes ``seed=EVAL_SEED + i``: its samples
     are then those of the whole evaluation's."""
     problems = list(problems)
-    greedy, _ = generate_and_score(
+    greedy, greedy_texts = generate_and_score(
         model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
     )
     sampled, texts = generate_and_score(
@@ -146,4 +149,4 @@ def score_problems(
         seed,
         engine,
     )
-    return EvalScores(greedy, sampled, majority_correct(texts, sampled))
+    return EvalScores(greedy, sampled, majority_correct(texts, sampled), greedy_texts)

@@ -30,17 +30,44 @@ def train_run(
 ) -> list[dict]:
     """One run of preset/YAML ``base`` plus ``overrides`` on ``threads`` torch threads (fresh,
     or resumed from its latest checkpoint); its evaluation rows."""
+    from rlkit.trainer import Trainer
+
+    cfg = worker_config(base, overrides, threads)
+    return Trainer(cfg, resume=resume, overwrite=overwrite).train()
+
+
+def worker_config(base: str, overrides: list[str], threads: int):
+    """A pool worker's set-up on ``threads`` torch threads, and its run's config."""
     import torch
     import transformers
 
     from rlkit import show_warnings_plainly
     from rlkit.config import load_config
-    from rlkit.trainer import Trainer
 
     show_warnings_plainly()  # the worker's warnings print as the command's own do
     torch.set_num_threads(threads)
     transformers.logging.disable_progress_bar()  # the pool's bar over runs is the one to read
-    return Trainer(load_config(base, overrides), resume=resume, overwrite=overwrite).train()
+    return load_config(base, overrides)
+
+
+def train_and_score(base: str, overrides: list[str], threads: int, train: bool = True):
+    """Train run ``base`` + ``overrides`` afresh on ``threads`` torch threads (``train=False``:
+    only load its starting policy) and return its last held-out evaluation problem by problem
+    (:class:`rlkit.evaluation.EvalScores`, greedy completions included): the per-problem pairing
+    notebook 10 makes, from runs trained side by side in a pool."""
+    from rlkit.trainer import Trainer
+
+    cfg = worker_config(base, overrides, threads)
+    if train:  # the last step always evaluates: its scores are the trained policy's
+        trainer = Trainer(cfg, overwrite=True)
+        trainer.train()
+        return trainer.eval_scores
+    trainer = Trainer(cfg, read_only=True)
+    try:
+        trainer.evaluate()
+        return trainer.eval_scores
+    finally:
+        trainer.close()
 
 
 PARENT_POLL_S = 0.2  # how often a pool worker checks that its parent is still there

@@ -181,6 +181,7 @@ class Trainer:
         )
         self.step_count = 0
         self.tokens = {"tokens_generated": 0, "tokens_probe": 0}
+        self.eval_scores: EvalScores | None = None  # the latest evaluate()'s, problem by problem
 
         pass_rates = None
         if cfg.rollout.order == "difficulty":
@@ -309,7 +310,8 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected);
         with several processes each rank scores its share of the problems, in whole generation
-        batches of the sampled pass, so its samples are those one process draws."""
+        batches of the sampled pass, so its samples are those one process draws. The scores
+        problem by problem stay in ``self.eval_scores`` (the latest evaluation's)."""
         ev = self.cfg.eval
         mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
         with self.finite_sampling(), self.full_weights(), self.collector.sampling_weights():
@@ -325,7 +327,8 @@ class Trainer:
                 self.eval_engine,
                 EVAL_SEED + mine.start,
             )
-        return EvalScores.cat(self.dist.all_gather_object(scores)).summary()
+        self.eval_scores = EvalScores.cat(self.dist.all_gather_object(scores))
+        return self.eval_scores.summary()
 
     def state_dict(self) -> dict:
         update = self.update
