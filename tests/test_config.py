@@ -7,6 +7,7 @@ import pytest
 from rlkit.config import TrainConfig, load_config, preset_names
 from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
+from rlkit.tasks.loader import check_sizes, load_problems
 
 
 def test_presets_load():
@@ -21,6 +22,15 @@ def test_presets_load():
         8,
     )
     assert load_config("llama3-8b-qlora").rollout.group_size == 4
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu", "smollm2-cpu", "smollm2-gpu"])
+def test_a_built_in_task_preset_fits_its_splits(name):
+    """A preset whose eval.num_problems outgrows its held-out split fails at the run's start
+    (smollm2-cpu asked for 64 of 61, smollm2-gpu for 400 of 261)."""
+    cfg = load_config(name)
+    train, held_out = load_problems(cfg.task)
+    check_sizes(cfg, held_out, train)
 
 
 def test_default_is_tiny_cpu():

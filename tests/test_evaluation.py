@@ -32,3 +32,16 @@ def test_ties_go_to_the_first_answer_seen():
     assert majority_correct(texts, rewards).tolist() == [0.0]
     texts, rewards = scored([(["The answer is 5", "The answer is 4"], "5")])
     assert majority_correct(texts, rewards).tolist() == [1.0]
+
+
+def test_gathered_shards_keep_every_greedy_text_beside_its_scores():
+    """A sharded evaluation's shards, concatenated in rank order: the texts stay aligned."""
+    from rlkit.evaluation import EvalScores
+
+    def shard(rewards, texts):
+        greedy = torch.tensor(rewards).reshape(-1, 1)
+        return EvalScores(greedy, greedy.repeat(1, 2), greedy[:, 0], texts)
+
+    whole = EvalScores.cat([shard([1.0, 0.0], ["a", "b"]), shard([1.0], ["c"])])
+    assert whole.greedy[:, 0].tolist() == [1.0, 0.0, 1.0]
+    assert whole.greedy_texts == ["a", "b", "c"]

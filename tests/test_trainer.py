@@ -15,27 +15,28 @@ from rlkit.trainer import Trainer
 from rlkit.update import NonFiniteError, PolicyUpdate
 
 
+def tiny_overrides(run_dir, model_dir, *overrides) -> list[str]:
+    return [
+        f"model.name_or_path={model_dir}",
+        f"output_dir={run_dir}",
+        "steps=2",
+        "rollout.num_prompts=4",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=4",
+        "task.num_train=64",
+        "task.num_eval=8",
+        "eval.num_problems=8",
+        "eval.k=2",
+        "eval.every=0",
+        "checkpoint_every=0",
+        "tensorboard=false",
+        "progress=false",
+        *overrides,
+    ]
+
+
 def make_config(run_dir, model_dir, *overrides):
-    return load_config(
-        "tiny-cpu",
-        [
-            f"model.name_or_path={model_dir}",
-            f"output_dir={run_dir}",
-            "steps=2",
-            "rollout.num_prompts=4",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=4",
-            "task.num_train=64",
-            "task.num_eval=8",
-            "eval.num_problems=8",
-            "eval.k=2",
-            "eval.every=0",
-            "checkpoint_every=0",
-            "tensorboard=false",
-            "progress=false",
-            *overrides,
-        ],
-    )
+    return load_config("tiny-cpu", tiny_overrides(run_dir, model_dir, *overrides))
 
 
 def without_timings(rows):
@@ -593,3 +594,28 @@ def test_a_run_started_before_the_size_checks_still_resumes(tmp_path, tiny_model
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
     with pytest.raises(ValueError, match=r"eval.num_problems=900 \(task.num_eval=1024\)"):
         Trainer(cfg, resume=True, read_only=True)  # evaluating it asks for what is there
+
+
+def test_a_pool_job_returns_the_last_evaluation_problem_by_problem(tmp_path, tiny_model_dir):
+    """rlkit.pool.train_and_score (notebook 10's runs side by side): the per-problem scores are
+    the ones the last step's logged evaluation averages, each greedy score is its own text's
+    reward, and ``train=False`` scores the starting policy as the run's step-0 evaluation does."""
+    from rlkit.pool import run_pool, train_and_score
+    from rlkit.rewards import get_reward_fn
+    from rlkit.tasks.loader import load_problems, subset
+
+    overrides = tiny_overrides(tmp_path / "run", tiny_model_dir, "eval.at_start=true")
+    cfg = load_config("tiny-cpu", overrides)
+    jobs = {"start": ("tiny-cpu", overrides, 1, False), "trained": ("tiny-cpu", overrides, 1)}
+    scores = run_pool(train_and_score, jobs, 0, progress=False)
+    rows = {row["step"]: row for row in read_metrics(tmp_path / "run" / "metrics.jsonl")}
+    for name, step in (("start", 0), ("trained", 2)):
+        logged = {k: v for k, v in rows[step].items() if k.startswith("eval/")}
+        assert scores[name].summary() == logged
+    problems = subset(load_problems(cfg.task)[1], cfg.eval.num_problems)
+    reward = get_reward_fn(cfg.task.reward)
+    texts = scores["trained"].greedy_texts
+    assert len(texts) == len(problems) == 8
+    assert [reward(t, p.answer) for t, p in zip(texts, problems)] == (
+        scores["trained"].greedy[:, 0].tolist()
+    )
