@@ -801,9 +801,15 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
             f"  {r['arm']:18} | {len(r['seeds'])} | {_fmt(r['end'])} | "
             f"{'—' if vs is None else _fmt_signed(vs)} | {_points(r['mdd'])} | "
             f"{r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) | "
-            f"{'baseline' if vs is None else difference_verdict(vs, r['arm'], baseline)}"
+            f"{_no_pair(r['arm'], baseline) if vs is None else difference_verdict(vs, r['arm'], baseline)}"
         )
     return "\n".join(lines)
+
+
+def _no_pair(arm: str, baseline: str) -> str:
+    """What an arm without a paired difference is: the baseline, or an arm at a G the baseline
+    did not run (a sweep with a G of its own per arm)."""
+    return "baseline" if arm == baseline else f"no {baseline} run at this G"
 
 
 def _fmt_signed(ci: dict, scale: float = 100.0) -> str:

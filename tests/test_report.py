@@ -197,6 +197,10 @@ def test_arm_table_and_summary_row_read_a_summary():
     assert summary_row(summary, "B", "eval/greedy_accuracy") is row
     with pytest.raises(KeyError, match="no row for arm 'C'"):
         summary_row(summary, "C", "eval/greedy_accuracy")
+    # an arm at a G the baseline did not run has no pair: not a second "baseline"
+    lone = row | {"arm": "C", "group_size": 8, "vs_baseline": None, "mdd": None}
+    text = arm_table(summary | {"rows": [base, row, lone]}, "eval/greedy_accuracy")
+    assert text.splitlines()[-1].endswith("| no A run at this G")
 
 
 def test_paired_comparison_of_any_two_arms():
