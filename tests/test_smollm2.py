@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import bitsandbytes as bnb
@@ -201,3 +202,32 @@ def test_plan_reads_the_architecture_from_the_gguf_metadata(tmp_path):
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (30, 576, 49152)
     plan = build_plan(load_config("smollm2-cpu", [f"output_dir={tmp_path}"]))
     assert plan.peak() > 0
+
+
+def test_conversions_started_side_by_side_convert_once(tmp_path, monkeypatch):
+    """Runs started together on a fresh cache (notebook 10's pool): one converts, the others
+    wait for its lock and then use its directory; none removes what another has finished."""
+    import threading
+
+    calls = []
+
+    def slow_convert(source, out):
+        calls.append(out)
+        time.sleep(0.3)  # long enough for every other thread to reach the lock
+        (Path(out) / "model.safetensors").write_text("weights")
+
+    monkeypatch.setattr(gguf, "_convert", slow_convert)
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"GGUF not really")
+    monkeypatch.setattr(gguf, "check_gguf_available", lambda name: None)
+    paths = []
+    threads = [
+        threading.Thread(target=lambda: paths.append(resolve_checkpoint(str(source), tmp_path)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(set(paths)) == 1 and len(paths) == 3
+    assert (Path(paths[0]) / "model.safetensors").read_text() == "weights"

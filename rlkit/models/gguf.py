@@ -21,6 +21,7 @@ the dequantized weights to NF4 with bitsandbytes (a second rounding on top of Q4
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -113,23 +114,27 @@ def resolve_checkpoint(name_or_path: str, cache_dir: str | Path | None = None) -
     if (target / CONVERSION_INFO).exists():
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        _convert(source, staging)
-        info = {
-            "source": name_or_path,
-            "gguf_file": source.name,
-            "gguf_sha256": sha,
-            "transformers": transformers.__version__,
-            "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        (staging / CONVERSION_INFO).write_text(json.dumps(info, indent=1))
-        if (target / CONVERSION_INFO).exists():  # a concurrent conversion finished first
+    # one conversion at a time (runs started side by side on a fresh cache: notebook 10's pool);
+    # the others wait here and then find it done. flock: a killed holder leaves no lock behind.
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / CONVERSION_INFO).exists():
             return str(target)
-        shutil.rmtree(target, ignore_errors=True)  # an unfinished earlier attempt
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            _convert(source, staging)
+            info = {
+                "source": name_or_path,
+                "gguf_file": source.name,
+                "gguf_sha256": sha,
+                "transformers": transformers.__version__,
+                "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            (staging / CONVERSION_INFO).write_text(json.dumps(info, indent=1))
+            shutil.rmtree(target, ignore_errors=True)  # an unfinished earlier attempt
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return str(target)
 
 
