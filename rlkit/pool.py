@@ -1,10 +1,10 @@
 """Training runs in a pool of worker processes, each on a fixed number of torch threads.
 
-Used by ``rlkit demo`` and ``rlkit sweep``. One torch thread per run by default: one thread fixes
-the order of every float reduction, so a run's numbers do not depend on the thread count the
-machine would pick, and the tiny model's matrices are too small for intra-op threads to pay, so
-on a small machine several single-thread runs side by side finish a batch of runs sooner than one
-run at a time on every core. ``threads`` and ``workers`` change the split.
+Used by ``rlkit demo``, ``rlkit sweep`` and notebook 10 (:func:`train_and_score`). One torch
+thread per run by default: one thread fixes the order of every float reduction, so a run's
+numbers do not depend on the thread count the machine would pick, and the tiny model's matrices
+are too small for intra-op threads to pay, so on a small machine several single-thread runs side
+by side finish a batch of runs sooner than one run at a time on every core. ``threads`` and ``workers`` change the split.
 
 Workers are started with ``spawn`` (a fresh interpreter each), so a run never inherits the
 parent's torch state or threads. They die with the process that started them: killed with
@@ -51,14 +51,15 @@ def worker_config(base: str, overrides: list[str], threads: int):
 
 
 def train_and_score(base: str, overrides: list[str], threads: int, train: bool = True):
-    """Train run ``base`` + ``overrides`` afresh on ``threads`` torch threads (``train=False``:
-    only load its starting policy) and return its last held-out evaluation problem by problem
+    """Train run ``base`` + ``overrides`` afresh (``overwrite``: a previous run in its directory
+    is replaced) on ``threads`` torch threads, or with ``train=False`` only load its starting
+    policy, and return its last held-out evaluation problem by problem
     (:class:`rlkit.evaluation.EvalScores`, greedy completions included): the per-problem pairing
     notebook 10 makes, from runs trained side by side in a pool."""
     from rlkit.trainer import Trainer
 
     cfg = worker_config(base, overrides, threads)
-    if train:  # the last step always evaluates: its scores are the trained policy's
+    if train:  # the last step (steps >= 1, checked by the config) always evaluates
         trainer = Trainer(cfg, overwrite=True)
         trainer.train()
         return trainer.eval_scores

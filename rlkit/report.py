@@ -806,10 +806,12 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def _no_pair(arm: str, baseline: str) -> str:
-    """What an arm without a paired difference is: the baseline, or an arm at a G the baseline
-    did not run (a sweep with a G of its own per arm)."""
-    return "baseline" if arm == baseline else f"no {baseline} run at this G"
+def _no_pair(arm: str, baseline: str | None) -> str:
+    """What an arm without a paired difference is: the baseline, or an arm that shares no seed
+    with the baseline at its G (a sweep with a G of its own per arm, or no baseline at all)."""
+    if arm == baseline:
+        return "baseline"
+    return f"not paired with {baseline}" if baseline else "not paired (no baseline)"
 
 
 def _fmt_signed(ci: dict, scale: float = 100.0) -> str:

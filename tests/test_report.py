@@ -200,7 +200,9 @@ def test_arm_table_and_summary_row_read_a_summary():
     # an arm at a G the baseline did not run has no pair: not a second "baseline"
     lone = row | {"arm": "C", "group_size": 8, "vs_baseline": None, "mdd": None}
     text = arm_table(summary | {"rows": [base, row, lone]}, "eval/greedy_accuracy")
-    assert text.splitlines()[-1].endswith("| no A run at this G")
+    assert text.splitlines()[-1].endswith("| not paired with A")
+    text = arm_table(summary | {"baseline": None, "rows": [lone]}, "eval/greedy_accuracy")
+    assert text.splitlines()[-1].endswith("| not paired (no baseline)")
 
 
 def test_paired_comparison_of_any_two_arms():
