@@ -33,7 +33,7 @@ from rlkit.verdicts import stale_line
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
 RESULTS = HERE.parent / "results"
-ROW = re.compile(r"^\|\s*`(\d\d_[a-z_]+)`\s*\|(.*)$")
+ROW = re.compile(r"^\|\s*`(\d\d_[a-z0-9_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
 GAP = "…"  # between a quote's parts: any text on the same output line
 
