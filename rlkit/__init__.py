@@ -26,6 +26,9 @@ __version__ = "0.1.0"
 
 TQDM_WIDGET_NOTICE = "IProgress not found"
 BNB_KERNEL_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"
+# peft reads transformers' deprecated `model.is_gradient_checkpointing` once per wrapped model:
+# nothing a user can change, and it printed once per pool worker into notebook 10's outputs
+PEFT_CHECKPOINTING_NOTICE = "`is_gradient_checkpointing` is deprecated"
 
 
 def _not_the_kernel_notice(record: logging.LogRecord) -> bool:
@@ -33,6 +36,7 @@ def _not_the_kernel_notice(record: logging.LogRecord) -> bool:
 
 
 warnings.filterwarnings("ignore", message=TQDM_WIDGET_NOTICE, module="tqdm")
+warnings.filterwarnings("ignore", message=PEFT_CHECKPOINTING_NOTICE, category=FutureWarning)
 logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_the_kernel_notice)
 
 
