@@ -153,13 +153,16 @@ class UpdateResult:
 @dataclass
 class CollectStats:
     """How a step's groups were drawn: generation rounds (DAPO refills), groups dropped by the
-    dynamic-sampling filter, the tokens generated for AGPO's probe (not trained on), and the
-    rewards that raised or timed out in any scoring of the step (probe and dropped groups too)."""
+    dynamic-sampling filter, the tokens generated for AGPO's probe (not trained on), the
+    rewards that raised or timed out in any scoring of the step (probe and dropped groups too),
+    and the tokens generated for training that dynamic sampling then discarded (its dropped
+    groups and the last round's overflow: generated, so counted in ``tokens/generated``)."""
 
     gen_batches: int = 0
     dropped: int = 0
     probe_tokens: int = 0
     reward_failures: int = 0
+    discarded_tokens: int = 0
 
 
 @dataclass(frozen=True)

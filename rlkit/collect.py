@@ -189,13 +189,14 @@ class Collector:
         with several processes, this rank's share of them (the counts are the global ones)."""
         ro, dist = self.cfg, self.dist
         self.prompts = prompts
-        parts, dropped, batches = [], 0, 0
+        parts, dropped, batches, generated = [], 0, 0, 0
         self.probe_tokens = self.reward_failures = 0
         while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
             groups = method.groups(dist.shard(prompts.next_batch(ro.num_prompts)), self)
             batches += 1
             if ro.dynamic_sampling:
                 groups = self.gathered(groups)  # the filter decides on the global batch
+                generated += int(groups.rollouts.lengths.sum())
                 keep = informative_groups(groups.rewards)
                 dropped += int((~keep).sum())
                 if not keep.any() and (parts or batches < ro.max_gen_batches):
@@ -207,16 +208,21 @@ class Collector:
         groups = self.cat(parts)
         if len(groups.problems) > ro.num_prompts:
             groups = groups.select(torch.arange(len(groups.problems)) < ro.num_prompts)
-        if ro.dynamic_sampling and dist.world > 1:
-            # a short batch is cut to a multiple of the world size: every rank trains as many
-            # rows (DDP's gradient reductions must match up)
-            usable = len(groups.problems) - len(groups.problems) % dist.world
-            dropped += len(groups.problems) - usable
-            mine = torch.zeros(len(groups.problems), dtype=torch.bool)
-            mine[dist.shard(range(usable))] = True
-            groups = groups.select(mine)
+        discarded = 0
+        if ro.dynamic_sampling:
+            if dist.world > 1:
+                # a short batch is cut to a multiple of the world size: every rank trains as
+                # many rows (DDP's gradient reductions must match up)
+                usable = len(groups.problems) - len(groups.problems) % dist.world
+                dropped += len(groups.problems) - usable
+                groups = groups.select(torch.arange(len(groups.problems)) < usable)
+            discarded = generated - int(groups.rollouts.lengths.sum())  # global: gathered
+            if dist.world > 1:
+                mine = torch.zeros(len(groups.problems), dtype=torch.bool)
+                mine[dist.shard(range(len(groups.problems)))] = True
+                groups = groups.select(mine)
         total = dist.all_reduce_sum(torch.tensor([self.probe_tokens, self.reward_failures]))
-        return groups, CollectStats(batches, dropped, int(total[0]), int(total[1]))
+        return groups, CollectStats(batches, dropped, int(total[0]), int(total[1]), discarded)
 
     def gathered(self, groups: Groups) -> Groups:
         """Every rank's groups in global order (the same on every rank); one process: ``groups``."""

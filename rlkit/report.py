@@ -71,6 +71,7 @@ from rlkit.sweep import (
     ManipulationCheck,
     parse_claims,
     parse_manipulation,
+    parse_spec,
 )
 from rlkit.tasks.loader import load_problems
 
@@ -1157,3 +1158,40 @@ def claim_verdicts(path: str | Path) -> dict[str, str]:
     if not claims:
         raise ValueError(f"{path} has no pre-registered claims (the spec's claims: rlkit report)")
     return {c["name"]: c["verdict"] for c in claims}
+
+
+def check_stated_verdicts(
+    summary_path: str | Path, spec_path: str | Path, stated: dict[str, str]
+) -> list[dict]:
+    """A notebook's check of the verdicts its text states (``stated``: {claim name: verdict})
+    against a committed ``summary.json`` and the committed spec it was pre-registered in.
+
+    Three things must hold, else a ValueError names the file and the claim: the summary's
+    verdicts are what :func:`judge_claims` gives again from ``spec_path``'s claims and the
+    summary's per-seed values alone (nothing else decided them); ``stated`` names every claim of
+    the summary and no other (none is left unstated); and each stated verdict is the report's.
+    Returns the claims judged again, for the notebook to print or check further."""
+    summary = json.loads(Path(summary_path).read_text())
+    reported = claim_verdicts(summary_path)
+    again = judge_claims(
+        {k: v for k, v in summary.items() if k != "claims"}, parse_spec(spec_path).claims
+    )
+    for claim in again:
+        if reported.get(claim["name"]) != claim["verdict"]:
+            raise ValueError(
+                f"{summary_path}: {claim['name']!r} is {reported.get(claim['name'])!r} there, but "
+                f"{spec_path}'s claim judged again gives {claim['verdict']!r}"
+            )
+    if set(reported) != {c["name"] for c in again}:
+        raise ValueError(f"{summary_path}: its claims are not {spec_path}'s")
+    if set(stated) != set(reported):
+        raise ValueError(
+            f"{summary_path}: the text states {sorted(set(stated) - set(reported))} that the "
+            f"report has not, and leaves out {sorted(set(reported) - set(stated))}"
+        )
+    for name, verdict in stated.items():
+        if verdict != reported[name]:
+            raise ValueError(
+                f"{summary_path}: {name!r}: the text says {verdict!r}, the report {reported[name]!r}"
+            )
+    return again

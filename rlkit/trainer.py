@@ -268,7 +268,9 @@ class Trainer:
             signals = self.method.metrics(groups, result.old) | after
         rows = self.batch_rows(groups, result.old)  # the whole batch's, on every rank
         self.step_count += 1
-        self.tokens["tokens_generated"] += self.method.generated_tokens(rows.lengths)
+        self.tokens["tokens_generated"] += (
+            self.method.generated_tokens(rows.lengths) + drawn.discarded_tokens
+        )
         self.tokens["tokens_probe"] += drawn.probe_tokens
         return step_metrics(
             StepRecord(

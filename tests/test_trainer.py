@@ -305,6 +305,39 @@ def test_dynamic_sampling_keeps_only_informative_groups(tmp_path, tiny_model_dir
     assert groups.rollouts.input_ids.shape[0] == 4 * cfg.rollout.group_size
 
 
+def test_dynamic_sampling_counts_the_tokens_it_discards(tmp_path, tiny_model_dir):
+    """``tokens/generated`` counts every token generated for training, the dropped groups' too:
+    DAPO's extra generation is its cost, and the accuracy-per-token figures read it."""
+    cfg = make_config(
+        tmp_path,
+        tiny_model_dir,
+        "rollout.dynamic_sampling=true",
+        "rollout.max_gen_batches=3",
+        "steps=1",
+    )
+    trainer = Trainer(cfg)
+    trainer.collector.scorer = PatternScorer()
+    generated, draws = [], []
+    method_groups, collector_draw = trainer.method.groups, trainer.collector.draw
+
+    def groups(problems, collector):  # every generation round's groups, before the filter
+        drawn = method_groups(problems, collector)
+        generated.append(int(drawn.rollouts.lengths.sum()))
+        return drawn
+
+    def draw(sampler, method):
+        draws.append(collector_draw(sampler, method))
+        return draws[-1]
+
+    trainer.method.groups, trainer.collector.draw = groups, draw
+    trainer.train()
+    [(kept, info)], tokens = draws, read_metrics(tmp_path)[-1]["tokens/generated"]
+    trained = int(kept.rollouts.lengths.sum())
+    assert (info.gen_batches, info.dropped, len(generated)) == (2, 4, 2)
+    assert info.discarded_tokens == sum(generated) - trained > 0
+    assert tokens == sum(generated)  # trained on + discarded
+
+
 def test_config_snapshot_written(tmp_path, tiny_model_dir):
     cfg = make_config(tmp_path, tiny_model_dir, "steps=1")
     Trainer(cfg).train()

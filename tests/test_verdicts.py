@@ -12,7 +12,7 @@ from test_notebook_figures import execute_full
 
 from rlkit import verdicts
 from rlkit.cli import main
-from rlkit.report import claim_verdicts, judge_claims
+from rlkit.report import check_stated_verdicts, claim_verdicts, judge_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERIORITY = {"name": "B above A", "test": "superiority", "direction": 1, "margin": 0.01}
@@ -120,6 +120,48 @@ def test_claim_verdicts_reads_a_summarys_claims(tiny, tmp_path):
     }
     with pytest.raises(ValueError, match=r"a_old/summary.json has no pre-registered claims"):
         claim_verdicts(results / "a_old" / "summary.json")
+
+
+EBPO_SUMMARY = ROOT / "results/22_ebpo/summary.json"
+EBPO_SPEC = ROOT / "sweeps/22_ebpo.yaml"
+
+
+def test_check_stated_verdicts_passes_the_reports_own_verdicts():
+    stated = claim_verdicts(EBPO_SUMMARY)
+    again = check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated)
+    assert [c["name"] for c in again] == list(stated)
+
+
+def test_check_stated_verdicts_names_a_verdict_the_text_gets_wrong():
+    stated = claim_verdicts(EBPO_SUMMARY) | {"the difficulty curriculum helps EBPO": "reproduced"}
+    with pytest.raises(
+        ValueError,
+        match=r"'the difficulty curriculum helps EBPO': the text says 'reproduced', the report "
+        r"'not reproduced'",
+    ):
+        check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated)
+
+
+def test_check_stated_verdicts_refuses_a_claim_left_unstated_or_made_up():
+    stated = claim_verdicts(EBPO_SUMMARY)
+    stated.pop("EBPO above GRPO at G = 2 (Pass@1)")
+    with pytest.raises(ValueError, match=r"leaves out \['EBPO above GRPO at G = 2 \(Pass@1\)'\]"):
+        check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated)
+    with pytest.raises(ValueError, match=r"states \['EBPO wins'\] that the report has not"):
+        check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated | {"EBPO wins": "reproduced"})
+
+
+def test_check_stated_verdicts_refuses_a_summary_whose_verdict_was_edited(tmp_path):
+    """A verdict that the spec's claims and the per-seed values do not give (edited by hand, or
+    judged by another rule) fails, whatever the text states."""
+    summary = json.loads(EBPO_SUMMARY.read_text())
+    summary["claims"][3]["verdict"] = "reproduced"
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    with pytest.raises(
+        ValueError, match=r"'the difficulty curriculum helps EBPO' is 'reproduced' there, but"
+    ):
+        check_stated_verdicts(path, EBPO_SPEC, claim_verdicts(path))
 
 
 def test_the_committed_readme_table_is_fresh():
