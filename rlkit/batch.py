@@ -156,7 +156,8 @@ class CollectStats:
     dynamic-sampling filter, the tokens generated for AGPO's probe (not trained on), the
     rewards that raised or timed out in any scoring of the step (probe and dropped groups too),
     and the tokens generated for training that dynamic sampling then discarded (its dropped
-    groups and the last round's overflow: generated, so counted in ``tokens/generated``)."""
+    groups, the last round's overflow and the cut to a multiple of the world size: generated, so
+    counted in ``tokens/generated``)."""
 
     gen_batches: int = 0
     dropped: int = 0

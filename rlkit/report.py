@@ -1160,6 +1160,15 @@ def claim_verdicts(path: str | Path) -> dict[str, str]:
     return {c["name"]: c["verdict"] for c in claims}
 
 
+def _same_names(names, others, what: str, other: str) -> None:
+    """A ValueError naming the claims ``what`` has and ``other`` has not, and the reverse."""
+    extra, missing = sorted(set(names) - set(others)), sorted(set(others) - set(names))
+    if extra or missing:
+        parts = [f"has {extra}, which {other} has not"] * bool(extra)
+        parts += [f"leaves out {missing}, which {other} has"] * bool(missing)
+        raise ValueError(f"{what} " + " and ".join(parts))
+
+
 def check_stated_verdicts(
     summary_path: str | Path, spec_path: str | Path, stated: dict[str, str]
 ) -> list[dict]:
@@ -1176,19 +1185,14 @@ def check_stated_verdicts(
     again = judge_claims(
         {k: v for k, v in summary.items() if k != "claims"}, parse_spec(spec_path).claims
     )
+    _same_names(reported, {c["name"] for c in again}, str(summary_path), str(spec_path))
     for claim in again:
-        if reported.get(claim["name"]) != claim["verdict"]:
+        if reported[claim["name"]] != claim["verdict"]:
             raise ValueError(
-                f"{summary_path}: {claim['name']!r} is {reported.get(claim['name'])!r} there, but "
+                f"{summary_path}: {claim['name']!r} is {reported[claim['name']]!r} there, but "
                 f"{spec_path}'s claim judged again gives {claim['verdict']!r}"
             )
-    if set(reported) != {c["name"] for c in again}:
-        raise ValueError(f"{summary_path}: its claims are not {spec_path}'s")
-    if set(stated) != set(reported):
-        raise ValueError(
-            f"{summary_path}: the text states {sorted(set(stated) - set(reported))} that the "
-            f"report has not, and leaves out {sorted(set(reported) - set(stated))}"
-        )
+    _same_names(stated, reported, "the text", str(summary_path))
     for name, verdict in stated.items():
         if verdict != reported[name]:
             raise ValueError(

@@ -305,18 +305,38 @@ def test_dynamic_sampling_keeps_only_informative_groups(tmp_path, tiny_model_dir
     assert groups.rollouts.input_ids.shape[0] == 4 * cfg.rollout.group_size
 
 
-def test_dynamic_sampling_counts_the_tokens_it_discards(tmp_path, tiny_model_dir):
-    """``tokens/generated`` counts every token generated for training, the dropped groups' too:
-    DAPO's extra generation is its cost, and the accuracy-per-token figures read it."""
+class OverflowScorer(PatternScorer):
+    """Half of the first batch's groups informative, then every group: the second round fills
+    the step with groups to spare (its overflow)."""
+
+    def score(self, completions, answers):
+        from rlkit.rewards import RewardBatch
+
+        scored = super().score(completions, answers)
+        if self.calls == 1:
+            return scored
+        rewards = torch.zeros(len(completions))
+        rewards[::4] = 1.0  # one success in every group of G = 4
+        return RewardBatch(rewards, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("scorer", "dropped"), [(PatternScorer, 4), (OverflowScorer, 2)], ids=["dropped", "overflow"]
+)
+def test_dynamic_sampling_counts_the_tokens_it_discards(tmp_path, tiny_model_dir, scorer, dropped):
+    """``tokens/generated`` counts every token generated for training, the dropped groups' and
+    the last round's overflow too: DAPO's extra generation is its cost, and the
+    accuracy-per-token figures read it."""
     cfg = make_config(
         tmp_path,
         tiny_model_dir,
         "rollout.dynamic_sampling=true",
         "rollout.max_gen_batches=3",
         "steps=1",
+        "eval.at_start=false",  # the scorer's first call is the step's first round
     )
     trainer = Trainer(cfg)
-    trainer.collector.scorer = PatternScorer()
+    trainer.collector.scorer = scorer()
     generated, draws = [], []
     method_groups, collector_draw = trainer.method.groups, trainer.collector.draw
 
@@ -333,7 +353,8 @@ def test_dynamic_sampling_counts_the_tokens_it_discards(tmp_path, tiny_model_dir
     trainer.train()
     [(kept, info)], tokens = draws, read_metrics(tmp_path)[-1]["tokens/generated"]
     trained = int(kept.rollouts.lengths.sum())
-    assert (info.gen_batches, info.dropped, len(generated)) == (2, 4, 2)
+    assert (info.gen_batches, info.dropped, len(generated)) == (2, dropped, 2)
+    assert len(kept.problems) == cfg.rollout.num_prompts
     assert info.discarded_tokens == sum(generated) - trained > 0
     assert tokens == sum(generated)  # trained on + discarded
 

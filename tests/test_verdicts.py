@@ -4,6 +4,7 @@ results/*/summary.json, and the check that ``make notebooks-full`` runs on it.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -145,10 +146,37 @@ def test_check_stated_verdicts_names_a_verdict_the_text_gets_wrong():
 def test_check_stated_verdicts_refuses_a_claim_left_unstated_or_made_up():
     stated = claim_verdicts(EBPO_SUMMARY)
     stated.pop("EBPO above GRPO at G = 2 (Pass@1)")
-    with pytest.raises(ValueError, match=r"leaves out \['EBPO above GRPO at G = 2 \(Pass@1\)'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"the text leaves out \['EBPO above GRPO at G = 2 \(Pass@1\)'\], which .*summary.json has$",
+    ):
         check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated)
-    with pytest.raises(ValueError, match=r"states \['EBPO wins'\] that the report has not"):
-        check_stated_verdicts(EBPO_SUMMARY, EBPO_SPEC, stated | {"EBPO wins": "reproduced"})
+    with pytest.raises(
+        ValueError, match=r"the text has \['EBPO wins'\], which .*summary.json has not$"
+    ):
+        check_stated_verdicts(
+            EBPO_SUMMARY, EBPO_SPEC, claim_verdicts(EBPO_SUMMARY) | {"EBPO wins": "reproduced"}
+        )
+
+
+def test_check_stated_verdicts_refuses_a_summary_whose_claims_are_not_the_specs(tmp_path):
+    """A summary with a claim its spec lacks, or without one the spec has, fails naming it."""
+    summary = json.loads(EBPO_SUMMARY.read_text())
+    dropped = summary["claims"].pop(1)["name"]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    with pytest.raises(
+        ValueError,
+        match=rf"summary.json leaves out \[{re.escape(repr(dropped))}\], which .*22_ebpo.yaml has$",
+    ):
+        check_stated_verdicts(path, EBPO_SPEC, claim_verdicts(path))
+    summary["claims"].insert(1, summary["claims"][0] | {"name": dropped})
+    summary["claims"].append(summary["claims"][0] | {"name": "made up"})
+    path.write_text(json.dumps(summary))
+    with pytest.raises(
+        ValueError, match=r"summary.json has \['made up'\], which .*22_ebpo.yaml has not$"
+    ):
+        check_stated_verdicts(path, EBPO_SPEC, claim_verdicts(path))
 
 
 def test_check_stated_verdicts_refuses_a_summary_whose_verdict_was_edited(tmp_path):
