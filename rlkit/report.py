@@ -965,9 +965,10 @@ def manipulation_markdown(checks: list[dict]) -> list[str]:
 
 
 def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
-    """Each pre-registered claim tested on the per-seed end values of ``summary``'s rows
-    (``end_by_seed``: a summary without them is a ValueError naming the file), over the seeds
-    both arms finished: d_s = arm − vs.
+    """Each pre-registered claim tested on the per-seed values of its measure in ``summary``'s
+    rows (``end``: :func:`end_by_seed`, a summary without them is a ValueError naming the file;
+    ``shift_dip``: :func:`shift_dip_by_seed`), over the seeds both arms finished: d_s = arm − vs
+    (``arm_end``, ``vs_end``: each arm's mean [95% CI] of that measure).
 
     ``p_t`` / ``p_exact``: the one-sided p of the claim's test by the t-test and by sign flips
     (:func:`rlkit.intervals.sign_flip_p_greater`: exact for n ≤ 20): superiority, H0 "no
@@ -1025,10 +1026,26 @@ def _row_or_none(summary: dict, arm: str, metric: str, group_size: int | None) -
         return None
 
 
+def shift_dip_by_seed(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
+    """The per-seed dips at the task shift (:func:`shift_recovery`) of ``arm``'s row; a
+    ValueError naming the summary when the row has no shift (its runs had no ``task.shift``)."""
+    row = summary_row(summary, arm, metric, group_size)
+    if not row.get("shift"):
+        raise ValueError(
+            f"{summary['name']}: arm {arm!r}, metric {metric!r} has no task shift, so a claim "
+            f"with measure 'shift_dip' cannot be tested (set task.shift in the sweep's overrides)"
+        )
+    return {seed: v["dip"] for seed, v in row["shift"]["seeds"].items()}
+
+
+CLAIM_MEASURES = {"end": end_by_seed, "shift_dip": shift_dip_by_seed}  # rlkit.sweep.MEASURES
+
+
 def _test_claim(summary: dict, claim: Claim) -> dict:
     where = claim.metric, claim.group_size
     rows = {a: _row_or_none(summary, a, *where) for a in (claim.arm, claim.vs)}
-    arm, vs = ({} if rows[a] is None else end_by_seed(summary, a, *where) for a in rows)
+    per_seed = CLAIM_MEASURES[claim.measure]
+    arm, vs = ({} if rows[a] is None else per_seed(summary, a, *where) for a in rows)
     seeds = sorted(set(arm) & set(vs), key=int)
     d = np.array([arm[s] - vs[s] for s in seeds])
     margin = claim.margin
@@ -1107,7 +1124,8 @@ def claim_cells(c: dict) -> dict[str, str]:
     return {
         "test": c["test"] + ("" if c["direction"] is None else f" ({c['direction']:+d})"),
         "pair": f"{c['arm']} − {c['vs']}",
-        "metric": c["metric"].removeprefix("eval/"),
+        "metric": c["metric"].removeprefix("eval/")
+        + ("" if c.get("measure", "end") == "end" else f" ({c['measure']})"),
         "seeds": str(len(c["seeds"])),
         "d": "—" if c["difference"] is None else _fmt_signed(c["difference"]),
         "margin": margin,

@@ -26,6 +26,7 @@ tests them and nothing else (:func:`rlkit.report.judge_claims`)::
         arm: ClipCov                          # an arm of the spec
         vs: GRPO                              # another arm (default: baseline)
         metric: eval/greedy_accuracy          # or eval/pass@1 (default eval/greedy_accuracy)
+        measure: end                          # end (the last evaluation) or shift_dip
         test: superiority                     # superiority | equivalence | noninferiority
         direction: -1                         # superiority, noninferiority: +1 arm better, -1 worse
         margin: 0.012                         # accuracy units (0.012 = 1.2 points), or
@@ -35,7 +36,10 @@ tests them and nothing else (:func:`rlkit.report.judge_claims`)::
         planned_mdd: 0.012                    # optional: the MDD the seeds were planned for,
         planned_from: results/pilot           #   and where it comes from (both or neither)
 
-Each claim is tested on the paired seeds' end values, d_s = arm − vs: a one-sided t-test and an
+Each claim is tested on the paired seeds' values of its measure, d_s = arm − vs: ``end``, the
+metric at the run's last evaluation, or ``shift_dip``, how far the metric falls below its value
+at the task shift (``task.shift``; :func:`rlkit.report.shift_recovery`; a smaller dip is
+better, so a claim that the arm dips less has direction -1): a one-sided t-test and an
 exact sign-flip p (all 2^n flips up to 20 seeds, else a seeded Monte-Carlo of 100 000), Holm's
 correction of the sign-flip p over the superiority claims of a family, TOST (the 90%
 t-interval inside ±margin) for equivalence and the one-sided 95% bound above −margin for
@@ -122,6 +126,7 @@ SPEC_KEYS = {
     "manipulation": "optional mapping arm -> list of {metric, acts_if} checks that it acted",
 }
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")  # what rlkit report summarizes (and claims test)
+MEASURES = ("end", "shift_dip")  # what a claim tests of its metric (rlkit.report.judge_claims)
 TESTS = ("superiority", "equivalence", "noninferiority")
 HALF_BASELINE_GAIN = "half_baseline_gain"
 CLAIM_KEYS = {
@@ -130,6 +135,7 @@ CLAIM_KEYS = {
     "arm": "the arm the claim is about",
     "vs": "the arm it is compared with (default: baseline)",
     "metric": f"one of {list(METRICS)} (default {METRICS[0]})",
+    "measure": f"one of {list(MEASURES)} (default {MEASURES[0]})",
     "test": f"one of {list(TESTS)}",
     "direction": "+1 (arm better) or -1 (arm worse) claimed; superiority and noninferiority",
     "margin": f"accuracy units > 0 or {HALF_BASELINE_GAIN!r}; equivalence and noninferiority",
@@ -183,6 +189,7 @@ class Claim:
     margin: float | str | None
     family: str
     group_size: int | None = None
+    measure: str = MEASURES[0]
     source: str | None = None
     planned_mdd: float | None = None
     planned_from: str | None = None
@@ -233,6 +240,9 @@ def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim
     metric = claim.get("metric", METRICS[0])
     if metric not in METRICS:
         raise bad("metric")
+    measure = claim.get("measure", MEASURES[0])
+    if measure not in MEASURES:
+        raise bad("measure")
     test = claim.get("test")
     if test not in TESTS:
         raise bad("test")
@@ -245,6 +255,11 @@ def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim
         raise ValueError(f"{where}: margin is required by {test} tests")
     if margin is not None and margin != HALF_BASELINE_GAIN and not _positive(margin):
         raise bad("margin")
+    if margin == HALF_BASELINE_GAIN and measure != "end":
+        raise ValueError(
+            f"{where}: margin {margin!r} is a share of the end accuracy's gain; measure "
+            f"{measure!r} needs a margin in accuracy units"
+        )
     family = claim.get("family", sweep)
     if not isinstance(family, str) or not family.strip():
         raise bad("family")
@@ -276,6 +291,7 @@ def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim
         margin=margin,
         family=family,
         group_size=group_sizes[0] if g is None and group_sizes else g,
+        measure=measure,
         source=source,
         planned_mdd=planned,
         planned_from=planned_from,
@@ -461,7 +477,22 @@ def plan(spec: SweepSpec) -> list[Run]:
     if len(set(keys)) != len(keys):
         raise ValueError("sweep spec: two runs share a directory")
     check_problems(runs)
+    check_shift_claims(spec.claims, runs)
     return runs
+
+
+def check_shift_claims(claims: list[Claim], runs: list[Run]) -> None:
+    """A claim with measure ``shift_dip`` needs a task shift in every run of its two arms: a
+    ValueError names the claim and the arm whose runs have no ``task.shift``."""
+    for claim in claims:
+        if claim.measure != "shift_dip":
+            continue
+        for arm in (claim.arm, claim.vs):
+            if not all(r.cfg.task.shift for r in runs if r.arm == arm):
+                raise ValueError(
+                    f"sweep spec: claim {claim.name!r} has measure 'shift_dip', but arm {arm}'s "
+                    f"runs have no task.shift"
+                )
 
 
 def check_problems(runs: list[Run]) -> None:

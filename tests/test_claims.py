@@ -12,7 +12,7 @@ import test_report
 from scipy import stats
 
 from rlkit.intervals import holm, sign_flip_p_greater, t_p_greater
-from rlkit.report import judge_claims, summary_files, write_report
+from rlkit.report import claim_cells, judge_claims, summary_files, write_report
 from rlkit.sweep import parse_claims
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,6 +165,27 @@ def test_planned_mdd_is_recorded_beside_the_observed_one():
     got = judged(D, claim | {"planned_mdd": 0.012, "planned_from": "results/pilot"})[0]
     assert got["planned_mdd"] == 0.012 and got["planned_from"] == "results/pilot"
     assert got["mdd"] > 0
+
+
+def test_a_shift_dip_claim_is_tested_on_the_dips_not_the_end_values():
+    summary = summary_with({"A": [0.5] * 5, "B": [0.5] * 5})  # equal end values
+    dips = {"A": [0.03, 0.04, 0.05, 0.03, 0.04], "B": [0.01, 0.02, 0.02, 0.01, 0.01]}
+    for row in summary["rows"]:
+        row["shift"] = {
+            "step": 50,
+            "seeds": {str(s): {"dip": v} for s, v in enumerate(dips[row["arm"]])},
+        }
+    spec = {"name": "c", "test": "superiority", "direction": -1, "measure": "shift_dip"}
+    (got,) = judge_claims(summary, claims(spec))
+    assert got["measure"] == "shift_dip"
+    assert got["difference"]["mean"] == pytest.approx(-0.024)  # B dips 2.4 points less
+    assert got["p_exact"] == 1 / 32 and got["verdict"] == "reproduced"
+    assert claim_cells(got)["metric"] == "greedy_accuracy (shift_dip)"
+    (end,) = judge_claims(summary, claims(spec | {"measure": "end"}))
+    assert end["difference"]["mean"] == 0.0 and end["verdict"] == "inconclusive"
+    del summary["rows"][1]["shift"]
+    with pytest.raises(ValueError, match="^s: arm 'B', metric 'eval/greedy_accuracy' has no task"):
+        judge_claims(summary, claims(spec))
 
 
 def test_claims_on_a_summary_without_per_seed_values_name_the_file():

@@ -111,6 +111,16 @@ SUPERIORITY = {"name": "c", "arm": "EBPO", "test": "superiority", "direction": 1
         ([SUPERIORITY | {"vs": "EBPO"}], r"\(c\): arm and vs are the same arm 'EBPO'"),
         ([SUPERIORITY | {"metric": "reward"}], r"\(c\): metric 'reward': must be one of"),
         ([SUPERIORITY | {"test": "better"}], r"\(c\): test 'better': must be one of"),
+        ([SUPERIORITY | {"measure": "dip"}], r"\(c\): measure 'dip': must be one of"),
+        (
+            [
+                SUPERIORITY
+                | {"test": "equivalence", "direction": None, "measure": "shift_dip"}
+                | {"margin": "half_baseline_gain"}
+            ],
+            r"\(c\): margin 'half_baseline_gain' is a share of the end accuracy's gain; "
+            r"measure 'shift_dip' needs a margin in accuracy units",
+        ),
         (
             [SUPERIORITY | {"direction": 0}],
             r"direction \(\+1 or -1\) is required by superiority tests, got 0",
@@ -187,6 +197,18 @@ def test_manipulation_checks_compare_the_mean_with_acts_if(tmp_path):
         True,
     )
     assert gt.acted(0.011) and lt.acted(-1.5) and not le.acted(0.51)
+
+
+def test_a_shift_dip_claim_needs_a_task_shift_in_both_arms(tmp_path, tiny_model_dir):
+    claim = SUPERIORITY | {"measure": "shift_dip", "direction": -1}
+    shift = "task.shift={step: 1, arithmetic: {topics: [mul]}}"
+    one_arm = {"arms": {"GRPO": ["algo.estimator=grpo"], "EBPO": ["algo.estimator=ebpo", shift]}}
+    spec = parse_spec(write_spec(tmp_path, tiny_model_dir, claims=[claim], **one_arm))
+    with pytest.raises(ValueError, match="claim 'c' has measure 'shift_dip', but arm GRPO's runs"):
+        plan(spec)
+    overrides = [f"model.name_or_path={tiny_model_dir}", *SMALL, shift]
+    spec = parse_spec(write_spec(tmp_path, tiny_model_dir, claims=[claim], overrides=overrides))
+    assert {r.cfg.task.shift["step"] for r in plan(spec)} == {1}
 
 
 def test_plan_is_arms_by_group_sizes_by_seeds(tmp_path, tiny_model_dir):
