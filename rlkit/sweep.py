@@ -28,7 +28,8 @@ tests them and nothing else (:func:`rlkit.report.judge_claims`)::
         metric: eval/greedy_accuracy          # or eval/pass@1 (default eval/greedy_accuracy)
         measure: end                          # end (the last evaluation) or shift_dip
         test: superiority                     # superiority | equivalence | noninferiority
-        direction: -1                         # superiority, noninferiority: +1 arm better, -1 worse
+        direction: -1                         # superiority, noninferiority: the claimed sign of
+                                              #   arm − vs (+1 above, -1 below)
         margin: 0.012                         # accuracy units (0.012 = 1.2 points), or
                                               #   half_baseline_gain: half of vs's mean end − start
         family: papers_baselines              # Holm within a family (default: the sweep's name)
@@ -137,7 +138,7 @@ CLAIM_KEYS = {
     "metric": f"one of {list(METRICS)} (default {METRICS[0]})",
     "measure": f"one of {list(MEASURES)} (default {MEASURES[0]})",
     "test": f"one of {list(TESTS)}",
-    "direction": "+1 (arm better) or -1 (arm worse) claimed; superiority and noninferiority",
+    "direction": "the claimed sign of arm − vs, +1 or -1; superiority and noninferiority",
     "margin": f"accuracy units > 0 or {HALF_BASELINE_GAIN!r}; equivalence and noninferiority",
     "family": "Holm's correction applies within a family (default: the sweep name)",
     "group_size": "the G compared (required when the sweep has several)",

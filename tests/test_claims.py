@@ -12,8 +12,8 @@ import test_report
 from scipy import stats
 
 from rlkit.intervals import holm, sign_flip_p_greater, t_p_greater
-from rlkit.report import claim_cells, judge_claims, summary_files, write_report
-from rlkit.sweep import parse_claims
+from rlkit.report import CLAIM_MEASURES, claim_cells, judge_claims, summary_files, write_report
+from rlkit.sweep import MEASURES, parse_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 sweep_dir = test_report.sweep_dir  # the synthetic sweep (a fixture)
@@ -186,6 +186,10 @@ def test_a_shift_dip_claim_is_tested_on_the_dips_not_the_end_values():
     del summary["rows"][1]["shift"]
     with pytest.raises(ValueError, match="^s: arm 'B', metric 'eval/greedy_accuracy' has no task"):
         judge_claims(summary, claims(spec))
+
+
+def test_every_measure_a_spec_may_name_has_its_per_seed_values_in_the_report():
+    assert set(CLAIM_MEASURES) == set(MEASURES)
 
 
 def test_claims_on_a_summary_without_per_seed_values_name_the_file():
