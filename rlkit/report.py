@@ -788,23 +788,34 @@ def claim_verdict(vs: dict, mdd: float | None, expect: int) -> str:
 
 def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     """The summary's arms for one metric (and G) as text: end value, paired difference to the
-    baseline, its MDD, generated tokens (probe tokens in parentheses) and what the interval says."""
+    baseline, its MDD, generated tokens (probe tokens in parentheses) and where the difference's
+    95% interval lies against 0. A description, not a verdict: only a spec's pre-registered
+    claims are tested (:func:`judge_claims`)."""
     baseline = summary["baseline"]
     rows = [
         r
         for r in summary["rows"]
         if r["metric"] == metric and group_size in (None, r["group_size"])
     ]
-    lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | verdict"]
+    lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | 95% CI"]
     for r in rows:
         vs = r["vs_baseline"]
         lines.append(
             f"  {r['arm']:18} | {len(r['seeds'])} | {_fmt(r['end'])} | "
             f"{'—' if vs is None else _fmt_signed(vs)} | {_points(r['mdd'])} | "
             f"{r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) | "
-            f"{_no_pair(r['arm'], baseline) if vs is None else difference_verdict(vs, r['arm'], baseline)}"
+            f"{_no_pair(r['arm'], baseline) if vs is None else _interval_side(vs)}"
         )
     return "\n".join(lines)
+
+
+def _interval_side(vs: dict) -> str:
+    """Where a paired difference's 95% interval lies against 0 (n/a without an interval)."""
+    if vs["low"] is None:
+        return "n/a (1 seed)"
+    if vs["low"] > 0:
+        return "above 0"
+    return "below 0" if vs["high"] < 0 else "contains 0"
 
 
 def _no_pair(arm: str, baseline: str | None) -> str:

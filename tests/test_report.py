@@ -193,7 +193,14 @@ def test_arm_table_and_summary_row_read_a_summary():
     base = row | {"arm": "A", "vs_baseline": None, "mdd": None}
     summary = {"name": "s", "baseline": "A", "rows": [base, row]}
     text = arm_table(summary, "eval/greedy_accuracy")
-    assert "+2.0 [+1.0, +3.0]" in text and "B better" in text and "baseline" in text
+    # a description of the interval, not a verdict (only pre-registered claims are judged)
+    assert text.splitlines()[-1].endswith("| +2.0 [+1.0, +3.0] | 1.0 | 100 (0) | above 0")
+    assert "better" not in text and "| baseline" in text
+    below = row | {"vs_baseline": {"mean": -0.02, "low": -0.03, "high": -0.01}}
+    across = row | {"vs_baseline": {"mean": 0.0, "low": -0.01, "high": 0.01}}
+    for other, side in ((below, "below 0"), (across, "contains 0")):
+        text = arm_table(summary | {"rows": [base, other]}, "eval/greedy_accuracy")
+        assert text.splitlines()[-1].endswith(f"| {side}"), side
     assert summary_row(summary, "B", "eval/greedy_accuracy") is row
     with pytest.raises(KeyError, match="no row for arm 'C'"):
         summary_row(summary, "C", "eval/greedy_accuracy")
@@ -234,7 +241,7 @@ def test_judge_claim_states_the_difference_and_the_verdict():
 
 
 def test_judge_claim_on_a_summary_without_per_seed_values_names_the_file_and_the_key():
-    # as results/07_group_size, 07_baselines and pilot were (issue 22): no "end_by_seed"
+    # as an older rlkit report wrote them (before issue 22): no "end_by_seed"
     rows = [{"arm": a, "group_size": 4, "metric": "m", "end": {"mean": 0.5}} for a in "AB"]
     summary = {"name": "07_group_size", "commands": ["rlkit sweep s.yaml", "rlkit report r"]}
     message = (
@@ -405,7 +412,7 @@ def test_one_seed_gives_no_interval_and_no_verdict(tmp_path, sweep_dir):
         "| B | 4 | greedy_accuracy | 1 | 50.0 [n/a] | 65.0 [n/a] | 15.0 [n/a] | 5.0 [n/a] |" in md
     )
     table = arm_table(summary, "eval/greedy_accuracy")
-    assert "B better" not in table and "+5.0 [n/a]" in table and "n/a (1 seed)" in table
+    assert "above 0" not in table and "+5.0 [n/a]" in table and "n/a (1 seed)" in table
     assert claim_verdict(b["vs_baseline"], b["mdd"], expect=+1) == "not testable at this scale"
     assert paired_stats([0.05])["p"] is None
 
