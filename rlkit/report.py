@@ -750,18 +750,6 @@ def summary_csv(rows: list[dict]) -> str:
 MAX_MDD_FOR_A_NULL = 0.03  # a "no difference" is a result only when 3 points would have shown
 
 
-def difference_verdict(vs: dict, arm: str, baseline: str) -> str:
-    """What a paired interval says: one arm better, or no difference detected (n/a without an
-    interval: a single seed)."""
-    if vs["low"] is None:
-        return "n/a (1 seed)"
-    if vs["low"] > 0:
-        return f"{arm} better"
-    if vs["high"] < 0:
-        return f"{baseline} better"
-    return "no difference detected"
-
-
 def claim_verdict(vs: dict, mdd: float | None, expect: int) -> str:
     """A paper's claim about ``arm − baseline`` against its paired interval: ``expect`` = +1 (the
     arm is better), −1 (worse) or 0 (no worse: e.g. a robust statistic "stays stable").
@@ -797,7 +785,7 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
         for r in summary["rows"]
         if r["metric"] == metric and group_size in (None, r["group_size"])
     ]
-    lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | 95% CI"]
+    lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | CI vs 0"]
     for r in rows:
         vs = r["vs_baseline"]
         lines.append(
