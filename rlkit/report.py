@@ -747,33 +747,6 @@ def summary_csv(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- reading a summary (notebooks)
-MAX_MDD_FOR_A_NULL = 0.03  # a "no difference" is a result only when 3 points would have shown
-
-
-def claim_verdict(vs: dict, mdd: float | None, expect: int) -> str:
-    """A paper's claim about ``arm − baseline`` against its paired interval: ``expect`` = +1 (the
-    arm is better), −1 (worse) or 0 (no worse: e.g. a robust statistic "stays stable").
-
-    reproduced: the interval lies on the claimed side of 0 (for 0: it does not lie below 0 and
-    the MDD is at most 3 points); not reproduced: the interval contradicts the claim, or it
-    contains 0 while 3 points would have been detected; otherwise not testable at this scale."""
-    if vs["low"] is None:  # a single seed: no interval
-        return "not testable at this scale"
-    powered = mdd is not None and mdd <= MAX_MDD_FOR_A_NULL
-    if expect == 0:
-        if vs["high"] < 0:
-            return "not reproduced"
-        return "reproduced" if powered else "not testable at this scale"
-    better, worse = (
-        (vs["low"] > 0, vs["high"] < 0) if expect > 0 else (vs["high"] < 0, vs["low"] > 0)
-    )
-    if better:
-        return "reproduced"
-    if worse or powered:
-        return "not reproduced"
-    return "not testable at this scale"
-
-
 def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     """The summary's arms for one metric (and G) as text: end value, paired difference to the
     baseline, its MDD, generated tokens (probe tokens in parentheses) and where the difference's
@@ -855,23 +828,18 @@ def paired_comparison(
     return paired_stats([a[s] - b[s] for s in common]) | {"seeds": [int(s) for s in common]}
 
 
-def judge_claim(
-    summary: dict,
-    arm: str,
-    other: str,
-    expect: int,
-    metric: str = METRICS[0],
-    group_size: int | None = None,
+def describe_pair(
+    summary: dict, arm: str, other: str, metric: str = METRICS[0], group_size: int | None = None
 ) -> dict:
-    """:func:`paired_comparison` of ``arm − other`` with the :func:`claim_verdict` on a claim of
-    sign ``expect``, and a one-line ``text`` of both (points of held-out accuracy)."""
+    """:func:`paired_comparison` of ``arm − other`` and a one-line ``text`` of it (points of
+    held-out accuracy) that says where its 95% interval lies against 0: a description, not a
+    verdict (only a spec's pre-registered claims are tested: :func:`judge_claims`)."""
     vs = paired_comparison(summary, arm, other, metric, group_size)
-    verdict = claim_verdict(vs, vs["mdd"], expect)
     text = (
         f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {_fmt_signed(vs)} points, "
-        f"MDD {_points(vs['mdd'])}, p = {vs['p']:.3f} → {verdict}"
+        f"MDD {_points(vs['mdd'])}, p = {vs['p']:.3f}, 95% interval {_interval_side(vs)}"
     )
-    return vs | {"verdict": verdict, "text": text}
+    return vs | {"text": text}
 
 
 # ---------------------------------------------------------------- pre-registered claims

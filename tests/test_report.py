@@ -19,9 +19,8 @@ from rlkit.config import load_config
 from rlkit.intervals import mean_ci, minimum_detectable_difference, paired_difference
 from rlkit.report import (
     arm_table,
-    claim_verdict,
+    describe_pair,
     eval_curve,
-    judge_claim,
     learning_curves,
     paired_comparison,
     paired_stats,
@@ -166,18 +165,6 @@ def test_shift_recovery_measures_the_dip_and_the_steps_to_regain():
         shift_recovery(rows, "eval/greedy_accuracy", shift_step=40)
 
 
-def test_claim_verdict_needs_power_before_calling_a_null():
-    ci = lambda m, lo, hi: {"mean": m, "low": lo, "high": hi}  # noqa: E731
-    assert claim_verdict(ci(0.02, 0.01, 0.03), 0.01, expect=+1) == "reproduced"
-    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=-1) == "reproduced"
-    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=+1) == "not reproduced"
-    assert claim_verdict(ci(0.0, -0.01, 0.01), 0.02, expect=+1) == "not reproduced"
-    assert claim_verdict(ci(0.0, -0.05, 0.05), 0.08, expect=+1) == "not testable at this scale"
-    assert claim_verdict(ci(0.0, -0.01, 0.01), 0.02, expect=0) == "reproduced"
-    assert claim_verdict(ci(0.0, -0.05, 0.05), 0.08, expect=0) == "not testable at this scale"
-    assert claim_verdict(ci(-0.02, -0.03, -0.01), 0.01, expect=0) == "not reproduced"
-
-
 def test_arm_table_and_summary_row_read_a_summary():
     row = {
         "arm": "B",
@@ -230,17 +217,20 @@ def test_paired_comparison_of_any_two_arms():
         paired_comparison(summary, "B", "A", "m")
 
 
-def test_judge_claim_states_the_difference_and_the_verdict():
+def test_describe_pair_states_the_difference_and_where_its_interval_lies():
     rows = [
         {"arm": a, "group_size": 4, "metric": "m", "end_by_seed": dict(zip("0123", v))}
         for a, v in (("A", [0.50, 0.52, 0.48, 0.50]), ("B", [0.55, 0.56, 0.54, 0.56]))
     ]
-    got = judge_claim({"name": "s", "rows": rows}, "B", "A", +1, metric="m")
-    assert got["verdict"] == "reproduced" and got["mean"] == pytest.approx(0.0525)
-    assert got["text"].startswith("B − A (m, 4 seeds): +5.3 [") and "→ reproduced" in got["text"]
+    got = describe_pair({"name": "s", "rows": rows}, "B", "A", metric="m")
+    assert got["mean"] == pytest.approx(0.0525) and got["seeds"] == [0, 1, 2, 3]
+    assert got["text"].startswith("B − A (m, 4 seeds): +5.3 [")
+    assert got["text"].endswith("95% interval above 0") and "verdict" not in got
+    back = describe_pair({"name": "s", "rows": rows}, "A", "B", metric="m")
+    assert back["text"].endswith("95% interval below 0")
 
 
-def test_judge_claim_on_a_summary_without_per_seed_values_names_the_file_and_the_key():
+def test_describe_pair_on_a_summary_without_per_seed_values_names_the_file_and_the_key():
     # as an older rlkit report wrote them (before issue 22): no "end_by_seed"
     rows = [{"arm": a, "group_size": 4, "metric": "m", "end": {"mean": 0.5}} for a in "AB"]
     summary = {"name": "07_group_size", "commands": ["rlkit sweep s.yaml", "rlkit report r"]}
@@ -249,7 +239,7 @@ def test_judge_claim_on_a_summary_without_per_seed_values_names_the_file_and_the
         r".*regenerate it from the runs: rlkit report r$"
     )
     with pytest.raises(ValueError, match=message):
-        judge_claim(summary | {"rows": rows}, "B", "A", +1, metric="m")
+        describe_pair(summary | {"rows": rows}, "B", "A", metric="m")
 
 
 def test_paired_stats_p_value_is_the_one_sample_t_test():
@@ -413,7 +403,6 @@ def test_one_seed_gives_no_interval_and_no_verdict(tmp_path, sweep_dir):
     )
     table = arm_table(summary, "eval/greedy_accuracy")
     assert "above 0" not in table and "+5.0 [n/a]" in table and "n/a (1 seed)" in table
-    assert claim_verdict(b["vs_baseline"], b["mdd"], expect=+1) == "not testable at this scale"
     assert paired_stats([0.05])["p"] is None
 
 
