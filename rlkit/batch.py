@@ -11,7 +11,7 @@ once, as CleanRL indexes its ``b_*[mb_inds]`` buffers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -70,6 +70,32 @@ class Groups:
     def to(self, device: torch.device | str) -> Groups:
         """The groups with their rollouts on ``device`` (rewards and temperatures stay on the CPU)."""
         return replace(self, rollouts=self.rollouts.to(device))
+
+    def state_dict(self) -> dict:
+        """The groups as tensors, strings and numbers (a checkpoint loads with weights_only)."""
+        rollouts = {f.name: getattr(self.rollouts, f.name) for f in fields(self.rollouts)}
+        stats = self.probe_stats
+        return {
+            "problems": [asdict(p) for p in self.problems],
+            "rollouts": {k: v.cpu() if torch.is_tensor(v) else v for k, v in rollouts.items()},
+            "rewards": self.rewards,
+            "temperatures": self.temperatures,
+            "probe_stats": None if stats is None else asdict(stats),
+        }
+
+    @staticmethod
+    def from_state(state: dict) -> Groups:
+        """Groups from :meth:`state_dict`, on the CPU."""
+        from rlkit.rollout import RolloutBatch
+
+        stats = state.get("probe_stats")  # absent from checkpoints written before it was saved
+        return Groups(
+            [Problem(**p) for p in state["problems"]],
+            RolloutBatch(**state["rollouts"]),
+            state["rewards"],
+            state["temperatures"],
+            None if stats is None else ProbeStats(**stats),
+        )
 
     @staticmethod
     def cat(parts: Sequence[Groups], pad_token_id: int) -> Groups:

@@ -253,6 +253,9 @@ class RolloutConfig:
     # the compute dtype, under the live (unmerged) LoRA (rlkit.generation_copy; costs the
     # linears in that dtype: 2 bytes a weight in bf16)
     generation_copy: str = "none"
+    # train each step on the batch drawn this many steps earlier (asynchronous RL; rlkit.stale):
+    # π_old is the sampling policy's, so a clip can bind at one mini-batch; 0 = on-policy batches
+    lag: int = 0
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -271,6 +274,7 @@ class RolloutConfig:
         if isinstance(self.fuse_lora, str):
             _choice("rollout.fuse_lora", self.fuse_lora, ("auto",))
         _choice("rollout.generation_copy", self.generation_copy, ("none", "dequantized"))
+        _positive("rollout.lag", self.lag, strict=False)
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:

@@ -506,6 +506,7 @@ class PassPlan:
     step_kl: bool
     values: bool
     old: bool
+    stale: bool
     mode_free_forward: bool
     update_epochs: int
     mini_batch_size: int
@@ -528,6 +529,7 @@ class PassPlan:
             step_kl=method.needs_step_kl,
             values=method.needs_values,
             old=method.needs_old,
+            stale=cfg.rollout.lag > 0,
             mode_free_forward=False,
             update_epochs=opt.update_epochs,
             mini_batch_size=opt.mini_batch_size,
@@ -565,14 +567,15 @@ class PassPlan:
             warnings.warn(
                 f"{', '.join(self.inactive_clips)} cannot act: one update epoch over one "
                 "mini-batch updates only at π_θ = π_old, where the ratio is 1 and no clip binds; "
-                "set optim.mini_batch_size below the batch's rows or optim.update_epochs above 1 "
-                "(docs/algorithms.md §4)",
+                "set optim.mini_batch_size below the batch's rows, optim.update_epochs above 1 "
+                "or rollout.lag above 0 (docs/algorithms.md §4, §4e)",
                 stacklevel=3,
             )
 
     def on_policy(self, rows: int) -> bool:
-        """Whether π_old's pass would repeat the training forward (docs/algorithms.md §4): one
-        epoch and one mini-batch over all ``rows`` (the ratio is then exactly 1 at the only
+        """Whether π_old's pass would repeat the training forward (docs/algorithms.md §4): a
+        batch the current weights sampled (``rollout.lag = 0``), one epoch and one mini-batch
+        over all ``rows`` (the ratio is then exactly 1 at the only
         forward), a forward that train mode does not change (no active dropout), and, for an
         entropy-dependent clip (ε needs every row's pre-update entropy before the loss), one
         micro-batch."""
@@ -584,6 +587,8 @@ class PassPlan:
             return False
         if not self.old:  # DPO: the pass only gives the pre-update entropy for the log
             return not self.entropy
+        if self.stale:  # π_old sampled the batch rollout.lag steps ago (rlkit.stale)
+            return False
         if not (self.mode_free_forward and self.update_epochs == 1 and whole(self.mini_batch_size)):
             return False
         return not self.clip_needs_entropy or whole(self.micro_batch_size)
@@ -592,12 +597,13 @@ class PassPlan:
 def inactive_clips(cfg: TrainConfig, adaptive_clip: bool) -> list[str]:
     """The clip settings the user chose that cannot change training (docs/algorithms.md §4).
 
-    With one update epoch over one mini-batch the only update happens at π_θ = π_old, where the
-    ratio is 1 and no clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip, AGPO's
+    With one update epoch over one mini-batch of a batch the current weights sampled
+    (``rollout.lag = 0``) the only update happens at π_θ = π_old, where the ratio is 1 and no
+    clip binds. Listed: clip-higher (ε_high ≠ ε_low), the dual clip, AGPO's
     adaptive clip and KL-Cov's penalty (0 at ρ = 1); the default symmetric ε is left out, since
     nothing was asked of it."""
     rows = cfg.rollout.num_prompts * cfg.rollout.group_size
-    if cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
+    if cfg.rollout.lag or cfg.optim.update_epochs > 1 or 0 < cfg.optim.mini_batch_size < rows:
         return []
     loss, clips = cfg.loss, []
     if loss.eps_high != loss.eps_low:

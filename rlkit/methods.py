@@ -17,7 +17,7 @@ returning scored :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -475,37 +475,14 @@ class DPO(Method):
 
     def state_dict(self) -> dict:
         return super().state_dict() | {
-            "dpo_groups": [groups_state(g) for g in self.stored],
+            "dpo_groups": [g.state_dict() for g in self.stored],
             "dpo_position": self.position,
         }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.stored = [groups_from_state(g) for g in state["dpo_groups"]]
+        self.stored = [Groups.from_state(g) for g in state["dpo_groups"]]
         self.position = state["dpo_position"]
-
-
-def groups_state(groups: Groups) -> dict:
-    """``groups`` as tensors, strings and numbers (the checkpoint loads with weights_only)."""
-    rollouts = {f.name: getattr(groups.rollouts, f.name) for f in fields(groups.rollouts)}
-    tensors = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in rollouts.items()}
-    return {
-        "problems": [asdict(p) for p in groups.problems],
-        "rollouts": tensors,
-        "rewards": groups.rewards,
-        "temperatures": groups.temperatures,
-    }
-
-
-def groups_from_state(state: dict) -> Groups:
-    from rlkit.rollout import RolloutBatch
-
-    return Groups(
-        [Problem(**p) for p in state["problems"]],
-        RolloutBatch(**state["rollouts"]),
-        state["rewards"],
-        state["temperatures"],
-    )
 
 
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:

@@ -50,6 +50,7 @@ from rlkit.plan import resolve_for_device
 from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import rng_state, seed_everything, set_rng_state
+from rlkit.stale import RolloutQueue
 from rlkit.step_metrics import step_metrics
 from rlkit.tasks.chat import chat_problems
 from rlkit.tasks.loader import (
@@ -179,6 +180,12 @@ class Trainer:
         self.update = PolicyUpdate(
             self.policy, self.forward, self.passes, cfg, self.phases, self.dist
         )
+        self.rollouts = RolloutQueue(
+            cfg.rollout.lag,
+            cfg.steps,
+            lambda: self.collector.draw(self.sampler, self.method),
+            self.stale_old_pass,
+        )
         self.step_count = 0
         self.tokens = {"tokens_generated": 0, "tokens_probe": 0}
         self.eval_scores: EvalScores | None = None  # the latest evaluate()'s, problem by problem
@@ -254,12 +261,14 @@ class Trainer:
         self.maybe_shift_task()
         self.phases.take()
         with self.phases("generate"), self.finite_sampling():  # §3 steps 1–3; DAPO refills
-            groups, drawn = self.collector.draw(self.sampler, self.method)
+            queued = self.rollouts.next(self.step_count)  # rollout.lag > 0: drawn steps ago
+        groups, drawn = queued.groups, queued.stats
         with self.phases("update"):
             rewards = self.dist.all_gather(groups.rewards)  # [P_all, G], the same on every rank
             problems = [p for part in self.dist.all_gather_object(groups.problems) for p in part]
             adv = self.method.advantages(rewards, problems)  # §1–§2
-            batch = self.train_batch(groups, self.dist.my_rows(adv.advantages))  # π_old, π_ref
+            advantages = self.dist.my_rows(adv.advantages)
+            batch = self.train_batch(groups, advantages, queued.old)  # π_old, π_ref
             batch = self.method.token_advantages(batch)  # PPO: GAE over V_old (§4c)
             lr = self.update.lr  # this step's; the update steps the scheduler
             result = self.method.train(self.update, batch, groups, self.step_count)  # §4, §4d
@@ -272,12 +281,15 @@ class Trainer:
             self.method.generated_tokens(rows.lengths) + drawn.discarded_tokens
         )
         self.tokens["tokens_probe"] += drawn.probe_tokens
-        return step_metrics(
+        metrics = step_metrics(
             StepRecord(
                 rows, rewards, adv, adv.advantages.reshape(-1), result, drawn, signals,
                 self.method.estimator.metrics(adv), lr, self.counters, self.phases.take(),
             )
         )  # fmt: skip
+        if self.cfg.rollout.lag:  # updates between the sampling policy and this step's start
+            metrics["rollout/staleness"] = self.step_count - 1 - queued.step
+        return metrics
 
     def batch_rows(self, groups: Groups, old: PolicyPass) -> BatchRows:
         """Lengths, truncation and mean entropy of every rank's rows (this rank's, alone)."""
@@ -291,20 +303,35 @@ class Trainer:
             dist.all_gather(rollouts.lengths), dist.all_gather(rollouts.truncated), entropy
         )
 
-    def train_batch(self, groups: Groups, advantages: torch.Tensor) -> TrainBatch:
+    def stale_old_pass(self, groups: Groups) -> PolicyPass | None:
+        """π_old's pass right after the draw, by the weights that sampled ``groups``, when the
+        batch waits ``rollout.lag`` steps for training (rlkit.stale); None with ``lag = 0``."""
+        if not self.cfg.rollout.lag:
+            return None
+        return self.old_pass(groups.rollouts)
+
+    def old_pass(self, rollouts) -> PolicyPass | None:
+        """π_old's pass, or None when the update is on-policy and π_old is its own forward."""
+        passes = self.passes
+        if passes.on_policy(len(rollouts)):
+            return None
+        temps = self.forward.ratio_temperatures(rollouts)
+        return self.forward.old(rollouts, temps, passes.entropy, passes.values)
+
+    def train_batch(
+        self, groups: Groups, advantages: torch.Tensor, old: PolicyPass | None = None
+    ) -> TrainBatch:
         """The groups with their advantages, ratio temperatures and the passes the plan needs:
-        π_old unless the update is on-policy, the reference only for the KL term (§4)."""
+        π_old unless the update is on-policy (``old``: taken when the batch was drawn), the
+        reference only for the KL term (§4)."""
         rollouts, passes = groups.rollouts, self.passes
         temps = self.forward.ratio_temperatures(rollouts)
-        on_policy = passes.on_policy(len(rollouts))
         return TrainBatch(
             rollouts,
             advantages=advantages.reshape(-1).to(rollouts.input_ids.device),
             ratio_temps=temps,
             group_size=groups.group_size,
-            old=None
-            if on_policy
-            else self.forward.old(rollouts, temps, passes.entropy, passes.values),
+            old=old if old is not None else self.old_pass(rollouts),
             ref_logp=self.forward.reference(rollouts, temps) if passes.reference else None,
         )
 
@@ -343,6 +370,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "curriculum_pass_rates": self.curriculum_pass_rates,
             "counters": self.counters,
+            **self.rollouts.state_dict(),  # rollout.lag > 0: the batches drawn ahead
         } | self.rank_state()
 
     def rank_state(self) -> dict:
@@ -350,7 +378,12 @@ class Trainer:
         collective: every rank calls it); nothing for one process."""
         if self.dist.world == 1:
             return {}
-        return {"world_size": self.dist.world, "rank_rng": self.dist.all_gather_object(rng_state())}
+        gather = self.dist.all_gather_object
+        return {
+            "world_size": self.dist.world,
+            "rank_rng": gather(rng_state()),
+            "rank_rollouts": gather(self.rollouts.state_dict()),  # each rank's drawn batches
+        }
 
     def load_policy_state(self, policy_dir: Path) -> None:
         """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
@@ -387,6 +420,9 @@ class Trainer:
                 "sampling stream and share of the batch depend on it)"
             )
         set_rng_state(state["rank_rng"][self.dist.rank] if saved_world > 1 else state["rng"])
+        # several processes: each rank's own queue (absent from checkpoints older than it)
+        rollouts = state["rank_rollouts"][self.dist.rank] if "rank_rollouts" in state else state
+        self.rollouts.load_state_dict(rollouts, self.device)
 
     def save(self) -> Path | None:
         """The checkpoint of this step, written by rank 0 (every rank gathers its part)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,6 +207,22 @@ def test_fsdp2_resume_continues_the_same_run(tmp_path):
     part = train(tmp_path / "part", *fsdp[:-1], "steps=2")
     assert part == whole[: len(part)]
     assert train(tmp_path / "part", "steps=3", resume=True) == whole
+
+
+def test_stale_rollouts_resume_with_every_ranks_queue(tmp_path):
+    """``rollout.lag=2`` on two processes: each rank's batches drawn ahead (rlkit.stale) are in
+    the checkpoint, and a run resumed from step 2 logs what the whole run logged after it."""
+    stale = [*RUN, "rollout.lag=2", "steps=4"]
+    whole = train(tmp_path / "whole", *stale)
+    assert [r.get("rollout/staleness") for r in whole if "reward" in r] == [0, 1, 2, 2]
+    state = torch.load(tmp_path / "whole" / "checkpoints" / "step_000002" / "trainer_state.pt")
+    assert [len(rank["rollout_queue"]) for rank in state["rank_rollouts"]] == [2, 2]
+    part = tmp_path / "part"
+    shutil.copytree(tmp_path / "whole", part)
+    for later in ("step_000003", "step_000004"):
+        shutil.rmtree(part / "checkpoints" / later)
+    (part / "checkpoints" / "latest").write_text("step_000002")
+    assert train(part, resume=True) == whole
 
 
 def test_qlora_under_ddp_equals_one_process(tmp_path, tiny_4bit_model_dir):

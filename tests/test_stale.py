@@ -1,0 +1,129 @@
+"""Stale rollouts (``rollout.lag``, rlkit.stale, docs/algorithms.md §4e): which weights sample
+each trained batch, π_old taken by those weights at sampling time, a clip that binds at one
+mini-batch, and exact resume with batches waiting in the queue."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from rlkit.batch import CollectStats
+from rlkit.config import load_config
+from rlkit.metrics import read_metrics
+from rlkit.stale import RolloutQueue
+from rlkit.trainer import Trainer
+
+# the warm-started policy: groups with mixed rewards, so advantages and updates are not 0
+TINY = [
+    "model.name_or_path=builtin:tiny",
+    "rollout.num_prompts=4",
+    "eval.num_problems=8",
+    "eval.every=0",
+    "eval.at_start=false",
+    "checkpoint_every=0",
+    "tensorboard=false",
+    "progress=false",
+]
+
+
+def config(run_dir, *overrides):
+    return load_config("tiny-cpu", [*TINY, f"output_dir={run_dir}", *overrides])
+
+
+def without_timings(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("lag", "total", "sampled_at"),
+    [
+        (0, 4, [0, 1, 2, 3]),
+        (1, 4, [0, 0, 1, 2]),
+        (2, 5, [0, 0, 0, 1, 2]),
+        (3, 2, [0, 0]),  # a lag beyond the run: everything is drawn at step 0
+    ],
+)
+def test_the_batch_trained_at_step_t_was_sampled_at_step_t_minus_lag(lag, total, sampled_at):
+    draws = []
+
+    def draw():
+        draws.append(step)
+        return f"batch {len(draws) - 1}", CollectStats()
+
+    queue = RolloutQueue(lag, total, draw, lambda groups: None)
+    trained = []
+    for step in range(total):
+        batch = queue.next(step)
+        trained.append((batch.groups, batch.step))
+    assert trained == [(f"batch {i}", s) for i, s in enumerate(sampled_at)]
+    assert len(draws) == total and not queue.queue  # every batch drawn is trained on
+
+
+def test_old_pass_is_taken_by_the_weights_that_sampled_the_batch(tmp_path):
+    """lag = 1: step 0 draws two batches from θ_0 and trains on the first; the second waits with
+    π_old from θ_0, bit for bit, not from the updated θ_1."""
+    trainer = Trainer(config(tmp_path, "rollout.lag=1", "optim.lr=3e-5", "steps=2"))
+    start = copy.deepcopy(trainer.policy.model.state_dict())
+    trainer.step()
+    (waiting,) = trainer.rollouts.queue
+    assert waiting.step == 0
+    rollouts = waiting.groups.rollouts
+    assert not torch.equal(trainer.old_pass(rollouts).logp, waiting.old.logp)  # θ_1 moved
+    trainer.policy.model.load_state_dict(start)
+    assert torch.equal(trainer.old_pass(rollouts).logp, waiting.old.logp)
+    trainer.close()
+
+
+def test_a_clip_binds_at_one_mini_batch_only_on_stale_batches(tmp_path):
+    """One epoch over one mini-batch: with fresh batches the ratio is 1 and no clip binds; with
+    lag = 2 the ratio spans the updates since sampling, and the clip binds once it has any."""
+    common = ["algo.estimator=agpo", "agpo.enabled=true", "optim.lr=3e-5", "steps=4"]
+    with pytest.warns(UserWarning, match="agpo.adaptive_clip=true cannot act"):
+        Trainer(config(tmp_path / "fresh", *common)).train()
+    fresh = read_metrics(tmp_path / "fresh")
+    assert all(r["clip_ratio/region_mean"] == 0 for r in fresh)
+    assert all("rollout/staleness" not in r for r in fresh)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*cannot act")
+        Trainer(config(tmp_path / "stale", *common, "rollout.lag=2")).train()
+    stale = read_metrics(tmp_path / "stale")
+    assert [r["rollout/staleness"] for r in stale] == [0, 1, 2, 2]
+    assert stale[0]["clip_ratio/region_mean"] == 0  # sampled by the weights it trains
+    assert max(r["clip_ratio/region_mean"] for r in stale[1:]) > 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("algo.estimator=ebpo", "rollout.lag=2"),
+        ("algo.estimator=agpo", "agpo.enabled=true", "rollout.lag=1"),
+    ],
+)
+def test_resume_with_batches_in_the_queue_continues_the_identical_run(tmp_path, overrides):
+    """The checkpoint at step 2 holds the batches drawn ahead (their rollouts, rewards, probe
+    statistics and π_old); the resumed run logs what the uninterrupted run logs."""
+    common = ("steps=6", "checkpoint_every=2", "optim.lr=3e-5", *overrides)
+    Trainer(config(tmp_path / "straight", *common)).train()
+
+    class CrashAtStep3(Trainer):
+        def step(self):
+            if self.step_count == 3:
+                raise KeyboardInterrupt
+            return super().step()
+
+    interrupted = config(tmp_path / "resumed", *common)
+    with pytest.raises(KeyboardInterrupt):
+        CrashAtStep3(interrupted).train()
+    Trainer(interrupted, resume=True).train()
+    expected = without_timings(read_metrics(tmp_path / "straight"))
+    assert [r["step"] for r in expected] == [1, 2, 3, 4, 5, 6]
+    assert without_timings(read_metrics(tmp_path / "resumed")) == expected
+
+
+def test_a_negative_lag_names_the_key(tmp_path):
+    with pytest.raises(ValueError, match=r"rollout.lag must be >= 0, got -1"):
+        config(tmp_path, "rollout.lag=-1")
