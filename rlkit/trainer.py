@@ -308,14 +308,15 @@ class Trainer:
         batch waits ``rollout.lag`` steps for training (rlkit.stale); None with ``lag = 0``."""
         if not self.cfg.rollout.lag:
             return None
-        return self.old_pass(groups.rollouts)
+        rollouts = groups.rollouts
+        return self.old_pass(rollouts, self.forward.ratio_temperatures(rollouts))
 
-    def old_pass(self, rollouts) -> PolicyPass | None:
-        """π_old's pass, or None when the update is on-policy and π_old is its own forward."""
+    def old_pass(self, rollouts, temps: torch.Tensor) -> PolicyPass | None:
+        """π_old's pass at the ratio temperatures ``temps``, or None when the update is on-policy
+        and π_old is its own forward."""
         passes = self.passes
         if passes.on_policy(len(rollouts)):
             return None
-        temps = self.forward.ratio_temperatures(rollouts)
         return self.forward.old(rollouts, temps, passes.entropy, passes.values)
 
     def train_batch(
@@ -331,7 +332,7 @@ class Trainer:
             advantages=advantages.reshape(-1).to(rollouts.input_ids.device),
             ratio_temps=temps,
             group_size=groups.group_size,
-            old=old if old is not None else self.old_pass(rollouts),
+            old=old if old is not None else self.old_pass(rollouts, temps),
             ref_logp=self.forward.reference(rollouts, temps) if passes.reference else None,
         )
 

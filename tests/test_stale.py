@@ -71,9 +71,10 @@ def test_old_pass_is_taken_by_the_weights_that_sampled_the_batch(tmp_path):
     (waiting,) = trainer.rollouts.queue
     assert waiting.step == 0
     rollouts = waiting.groups.rollouts
-    assert not torch.equal(trainer.old_pass(rollouts).logp, waiting.old.logp)  # θ_1 moved
+    temps = trainer.forward.ratio_temperatures(rollouts)
+    assert not torch.equal(trainer.old_pass(rollouts, temps).logp, waiting.old.logp)  # θ_1 moved
     trainer.policy.model.load_state_dict(start)
-    assert torch.equal(trainer.old_pass(rollouts).logp, waiting.old.logp)
+    assert torch.equal(trainer.old_pass(rollouts, temps).logp, waiting.old.logp)
     trainer.close()
 
 
