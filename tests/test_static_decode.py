@@ -9,7 +9,7 @@ import torch
 from rlkit.config import load_config
 from rlkit.logprobs import sequence_logprobs
 from rlkit.rollout import generate_rollouts
-from rlkit.static_decode import StaticDecoder
+from rlkit.static_decode import CudaGraphStep, StaticDecoder
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]  # different lengths: left padding
 
@@ -43,7 +43,7 @@ def test_sampled_tokens_equal_hf_generate_for_the_same_seed(tiny_model, tiny_tok
 
 def test_cpu_decodes_eagerly_and_says_why(tiny_model):
     decoder = StaticDecoder(tiny_model, batch=2, prompt_width=3, max_new_tokens=4)
-    assert decoder.graph is None and decoder.eager_reason == "no CUDA device"
+    assert decoder.step_graph is None and decoder.eager_reason == "no CUDA device"
     assert decoder.width == 7
 
 
@@ -102,7 +102,7 @@ def test_a_failed_capture_falls_back_to_eager_with_the_reason(
 
     monkeypatch.setattr(torch.cuda, "Stream", no_stream)
     decoder = StaticDecoder(tiny_model, 2, width, 3)
-    decoder.eager_reason = None  # as on a CUDA device
+    decoder.step_graph, decoder.eager_reason = CudaGraphStep, None  # as on a CUDA device
     with pytest.warns(UserWarning, match="CUDA graph capture failed.*no graphs here.*eagerly"):
         logits = decode(decoder)
     assert decoder.graph is None and "RuntimeError" in decoder.eager_reason
