@@ -7,17 +7,36 @@ For each model (default Qwen3-8B; shapes from the configs shipped in rlkit/model
    tokenizer of the same vocabulary (no hub access needed), once;
 2. run each **arm** of :data:`ARMS`: load the model through the real `Trainer` (`load_policy`: NF4
    4-bit base, LoRA r = 16 on every projection, bf16 compute, gradient checkpointing) from the
-   model's 8B preset with the arm's overrides, and run real training steps: prompts of exactly
-   512 tokens × G = 8 completions of up to 1024 new tokens (a random model rarely samples EOS, so
-   they run to the limit), old and reference log-probs, one optimizer step in micro-batches;
+   model's 8B preset with the arm's overrides, pass its **correctness gate** (below), and run
+   real training steps: prompts of exactly 512 tokens × G = 8 completions of up to 1024 new
+   tokens (a random model rarely samples EOS, so they run to the limit), old and reference
+   log-probs, one optimizer step in micro-batches;
 3. record per arm, per phase, the peak of `torch.cuda.max_memory_allocated` (generation, no-grad
    log-prob passes, the update) beside `rlkit plan`'s prediction, the step's seconds, generation
    tokens/s, log-prob and update seconds, the sampler/trainer mismatch (`rlkit.tis` metrics:
    every arm runs with ``loss.tis_cap=3``, so the plain HF path reports its mismatch too) and the
    LoRA gradient norm of every projection at the last optimizer step (LoRA-B starts at 0, so
    LoRA-A gradients appear from the second step);
-4. print one table of every arm with its tokens/s and step time as ratios to the HF arm of the same
-   rows and budget, and the issue-20 targets the arms measured.
+4. print one table of every arm with its gate, its tokens/s and step time as ratios to the HF arm
+   of the same rows and budget, and the issue-20 targets the arms measured.
+
+**Correctness gate.** Before its steps, every arm decodes the first :data:`GATE_ROWS` prompts its
+steps will draw, cut to their first :data:`GATE_PROMPT_TOKENS` tokens, for ``--gate-tokens`` new
+tokens, through its own sampling path (its engine, generation copy, fused LoRA, compile option and
+CUDA graph: the collector's), greedily and at T = 1, and the same through the ``hf`` engine (HF
+``generate`` over the training weights), all with a random LoRA-B drawn for the gate (peft's
+zeros would hide a wrong adapter path). It records each row's first token that differs from the
+hf engine's greedy tokens, and the mean and max |sampler log-prob − trainer log-prob| of both
+sampled batches. Rule: a row passes if its tokens equal hf's, or if they first differ at a
+near-tie, where the trainer's log-probs put the hf token at most ``--tie-factor`` (4) times the
+hf engine's own max |Δ log p| ahead of the arm's (two correct kernels flip a greedy argmax only
+within their rounding, which that difference measures on this device and dtype). An arm with a
+row that fails is **wrong**: it is recorded with its gate and not timed, and the script exits
+non-zero at the end, as for a failed arm. The prompts are cut short because a random model
+attends almost uniformly, so a wrong key moves a step by about 1/(keys attended): with tiny
+shapes on the CPU, a KV cache written one column late flipped tokens at 512 prompt tokens only as
+narrowly as a correct loop does (≤ 0.002 nats); at 16, 6 of 8 rows led by 0.012 to 0.023 nats,
+over the tolerance of 0.0095 (benchmarks/README.md).
 
 An arm is one line of :data:`ARMS` (or one ``--arm``): config overrides separated by spaces, plus
 ``rows=N`` (prompts × G, default 16), ``memory_gib=X`` (a smaller card simulated with
@@ -27,10 +46,11 @@ largest for the arm's memory, balanced across calls) unless the arm sets it. An 
 cannot be imported (vLLM on the device machine) is skipped with the reason; an arm whose override
 fails is recorded as failed and the next one runs.
 
-**Time budget** (``--budget-s``): an arm starts only if its estimate (load + steps × (decode steps
-× seconds per decode step + rows × training seconds per row), from :data:`PRIORS` until an earlier
-arm measured the engine) fits in the time left; an arm still running at the deadline is stopped
-(SIGALRM), recorded as cut off, and the tables are written. They are rewritten after every arm.
+**Time budget** (``--budget-s``): an arm starts only if its estimate (load + the gate's four
+decodes + steps × (decode steps × seconds per decode step + rows × training seconds per row), from
+:data:`PRIORS` until an earlier arm measured the engine) fits in the time left; an arm still
+running at the deadline is stopped (SIGALRM), recorded as cut off, and the tables are written.
+They are rewritten after every arm.
 
 Rewards come from a fixed hash of each completion (about half score 1), so advantages are mixed
 and every LoRA matrix gets a gradient; the text of a random model has no answer to verify.
@@ -69,6 +89,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from peft.tuners.lora import LoraLayer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -76,11 +97,11 @@ sys.path.insert(0, str(ROOT))
 from rlkit.config import load_config  # noqa: E402
 from rlkit.plan import GIB, SHIPPED_CONFIGS, build_plan, resolve_batch_sizes  # noqa: E402
 from rlkit.rewards import RewardBatch  # noqa: E402
-from rlkit.rollout import sampling_processors  # noqa: E402
+from rlkit.rollout import RolloutBatch, generate_rollouts, sampling_processors  # noqa: E402
 from rlkit.sampling import PromptSampler  # noqa: E402
 from rlkit.static_decode import static_generate  # noqa: E402
 from rlkit.tasks.base import Problem  # noqa: E402
-from rlkit.tis import DEFAULT_TIS_CAP  # noqa: E402
+from rlkit.tis import DEFAULT_TIS_CAP, mismatch_metrics  # noqa: E402
 from rlkit.trainer import Trainer  # noqa: E402
 
 MODELS = {  # name -> (shipped config, preset whose settings it trains with)
@@ -327,6 +348,7 @@ TARGETS = (  # rows, memory_gib (None: the whole card), metric, at most (True) o
 TIS_CLIPPED_TARGET = 0.01  # TIS clips under 1 % of the tokens
 CLIPPED = "sampling/importance_sampling_ratio/clipped_fraction"
 DIFFERENCE = "sampling/sampling_logp_difference/mean"
+DIFFERENCE_MAX = "sampling/sampling_logp_difference/max"
 
 
 class OutOfTime(BaseException):
@@ -454,8 +476,185 @@ def memory_budget(gib: float | None, cuda: bool):
         torch.cuda.set_per_process_memory_fraction(1.0)
 
 
+# The correctness gate (module docstring): its prompts, their length, the new tokens it decodes,
+# and its near-tie tolerance as a multiple of the hf engine's own sampler/trainer difference.
+GATE_ROWS = 8
+GATE_PROMPT_TOKENS = 16
+GATE_TOKENS = 32
+TIE_FACTOR = 4.0
+GATE_SEED = 0  # the adapter it draws and the batches it samples
+
+
+@contextlib.contextmanager
+def live_adapter(model: torch.nn.Module):
+    """Every LoRA-B matrix drawn at random while the gate runs, restored on exit.
+
+    peft starts B at 0, where the adapter adds nothing, so a sampler that got the adapter wrong
+    (the fused LoRA projections, say) would still match. Each B is drawn so that the adapter's
+    update s·B·A has the spread of the random base weights (``initializer_range``): every
+    projection's output moves by about as much again. Seeded: every arm gets the same adapter.
+    """
+    spread = model.config.initializer_range
+    generator = torch.Generator().manual_seed(GATE_SEED)
+    saved = []
+    with torch.no_grad():
+        for layer in model.modules():
+            if not isinstance(layer, LoraLayer):
+                continue
+            for name, b in layer.lora_B.items():
+                a_rms = float(layer.lora_A[name].weight.float().pow(2).mean().sqrt())
+                std = spread / (layer.scaling[name] * math.sqrt(layer.r[name]) * a_rms)
+                saved.append((b.weight, b.weight.clone()))
+                b.weight.copy_(torch.randn(b.weight.shape, generator=generator) * std)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for weight, value in saved:
+                weight.copy_(value)
+
+
+def gate_rollouts(
+    trainer: Trainer, prompts: list[str], temperature: float, new_tokens: int, arm: bool
+) -> RolloutBatch:
+    """``prompts`` decoded at ``temperature`` (0: greedy) with the sampler's log-probs, seeded
+    apart from the global RNG (the timed steps draw what they would have drawn without the gate).
+
+    ``arm``: as the arm's steps decode them, by the collector's engine (vLLM's) or by
+    `generate_rollouts` with the arm's engine and compile option over the collector's sampling
+    weights (generation copy, fused LoRA); else by the reference, the ``hf`` engine over the
+    training weights.
+    """
+    collector, rollout = trainer.collector, trainer.collector.cfg
+    model, tokenizer = trainer.policy.model, trainer.policy.tokenizer
+    temperatures = torch.full((len(prompts),), float(temperature))
+    if arm and collector.engine is not None:  # it draws its per-row seeds from the global RNG
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(GATE_SEED)
+            return collector.engine.generate(
+                prompts, temperatures, new_tokens, rollout.top_p, rollout.top_k
+            )
+    options = {
+        "top_p": rollout.top_p,
+        "top_k": rollout.top_k,
+        "generator_seed": GATE_SEED,
+        "record_logprobs": True,
+    }
+    if not arm:
+        return generate_rollouts(model, tokenizer, prompts, temperatures, new_tokens, **options)
+    with trainer.full_weights(), collector.sampling_weights():
+        return generate_rollouts(
+            model,
+            tokenizer,
+            prompts,
+            temperatures,
+            new_tokens,
+            engine=rollout.engine,
+            compile_step=rollout.compile,
+            **options,
+        )
+
+
+def trainer_logprobs(trainer: Trainer, rollouts: RolloutBatch) -> torch.Tensor:
+    """The trainer's log-probs of the rollouts' tokens at T = 1: its π_old pass, [B, Lc]."""
+    return trainer.forward.old(rollouts, torch.ones(len(rollouts)), False).logp
+
+
+def logp_difference(trainer: Trainer, sampled: RolloutBatch) -> dict[str, float]:
+    """Mean and max |sampler log-prob − trainer log-prob| over the sampled tokens."""
+    metrics = mismatch_metrics(
+        trainer_logprobs(trainer, sampled),
+        sampled.sampler_logp,
+        sampled.completion_mask,
+        DEFAULT_TIS_CAP,
+    )
+    return {"mean": metrics[DIFFERENCE], "max": metrics[DIFFERENCE_MAX]}
+
+
+def first_differences(
+    reference: torch.Tensor, tokens: torch.Tensor, pad_id: int
+) -> list[tuple[int, int]]:
+    """(row, position) of the first token where each row of ``tokens`` leaves ``reference`` (the
+    narrower of the two padded with ``pad_id``); rows that never leave it are not listed."""
+    width = max(reference.shape[1], tokens.shape[1])
+    reference, tokens = (
+        torch.nn.functional.pad(t.cpu(), (0, width - t.shape[1]), value=pad_id)
+        for t in (reference, tokens)
+    )
+    differ = reference != tokens
+    rows = differ.any(dim=1).nonzero().flatten().tolist()
+    return [(row, int(differ[row].int().argmax())) for row in rows]
+
+
+def correctness_gate(
+    trainer: Trainer, prompts: list[str], new_tokens: int, tie_factor: float
+) -> dict:
+    """The arm's greedy tokens against the ``hf`` engine's on ``prompts``, and the
+    sampler/trainer log-prob difference of a batch each samples at T = 1, all under
+    :func:`live_adapter`; passed: every row equal up to a near-tie (the module docstring).
+
+    At a row's first differing token both sequences share the prefix, so the trainer's log-probs
+    of the two sequences there score both tokens: the hf token's lead over the arm's. The arm
+    chose its token, so its log-probs moved the two by at least that lead: a correct sampler
+    does so only within its rounding. The hf engine's own difference from the trainer (the max
+    over its sampled batch) measures that rounding on this device and dtype; the tolerance is
+    ``tie_factor`` times it (2 for the two log-probs a lead compares, 2 again for a sampler
+    that rounds more than HF generate: bf16 LoRA, the dequantized copy). After a flip the row is
+    not compared further: its prefixes differ.
+    """
+    start = time.perf_counter()
+    pad_id = trainer.policy.tokenizer.pad_token_id
+    with live_adapter(trainer.policy.model):
+        reference = gate_rollouts(trainer, prompts, 0.0, new_tokens, arm=False)
+        tokens = gate_rollouts(trainer, prompts, 0.0, new_tokens, arm=True)
+        reference_logp = trainer_logprobs(trainer, reference)
+        tokens_logp = trainer_logprobs(trainer, tokens)
+        hf_difference = logp_difference(
+            trainer, gate_rollouts(trainer, prompts, 1.0, new_tokens, arm=False)
+        )
+        arm_difference = logp_difference(
+            trainer, gate_rollouts(trainer, prompts, 1.0, new_tokens, arm=True)
+        )
+    tolerance = tie_factor * hf_difference["max"]
+    differences = [
+        {
+            "row": row,
+            "token": position,
+            "hf_lead_nats": float(reference_logp[row, position] - tokens_logp[row, position]),
+        }
+        for row, position in first_differences(
+            reference.completion_ids, tokens.completion_ids, pad_id
+        )
+    ]
+    return {
+        "passed": all(d["hf_lead_nats"] <= tolerance for d in differences),
+        "rows": len(prompts),
+        "new_tokens": new_tokens,
+        "tolerance_nats": tolerance,
+        "differences": differences,
+        "logp_difference": arm_difference,
+        "hf_logp_difference": hf_difference,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def gate_verdict(gate: dict) -> str:
+    """The gate's result in a few words (the table's gate column, a wrong arm's reason)."""
+    differences, rows = gate["differences"], gate["rows"]
+    if not differences:
+        return f"equal ({rows} rows × {gate['new_tokens']} tokens)"
+    worst = max(differences, key=lambda d: d["hf_lead_nats"])
+    verdict = "near-ties" if gate["passed"] else "differs"
+    return (
+        f"{verdict} in {len(differences)}/{rows} rows: hf ahead by up to "
+        f"{worst['hf_lead_nats']:.2g} nats (row {worst['row']}, token {worst['token']}; "
+        f"tolerance {gate['tolerance_nats']:.2g})"
+    )
+
+
 def run_arm(name: str, arm: Arm, args, path: Path, work_dir: Path) -> dict:
-    """Load the model with the arm's settings, run its steps, and measure them."""
+    """Load the model with the arm's settings, run its correctness gate on the first prompts its
+    steps will draw, then, if it passed, run its steps and measure them."""
     cuda = args.device == "cuda"
     begin = time.perf_counter()
     prompt_tokens = 16 if args.tiny else 512
@@ -476,6 +675,13 @@ def run_arm(name: str, arm: Arm, args, path: Path, work_dir: Path) -> dict:
             loaded = torch.cuda.memory_allocated() if cuda else None
             train_problems = problems(config, prompt_tokens)
             trainer.sampler = PromptSampler(train_problems, "shuffle", cfg.seed)
+            # the gate's prompts: the first the steps will draw, cut short (module docstring)
+            first = PromptSampler(train_problems, "shuffle", cfg.seed).next_batch(GATE_ROWS)
+            prompts = [" ".join(p.prompt.split()[:GATE_PROMPT_TOKENS]) for p in first]
+            gate = correctness_gate(trainer, prompts, args.gate_tokens, args.tie_factor)
+            log(arm.label, f"gate in {gate['seconds']:.1f} s: {gate_verdict(gate)}", begin)
+            if not gate["passed"]:
+                return {"status": "wrong", "reason": gate_verdict(gate), "gate": gate}
             trainer.collector.scorer = HashScorer()
             meter = PhaseMeter(cuda)
             trainer.phases.add_hook(meter)
@@ -524,6 +730,8 @@ def run_arm(name: str, arm: Arm, args, path: Path, work_dir: Path) -> dict:
     }
     final_norms = norms[-1]
     return {
+        "status": "done",
+        "gate": gate,
         "model": name,
         "engine": arm.engine,
         "shape": {
@@ -561,17 +769,20 @@ def run_arm(name: str, arm: Arm, args, path: Path, work_dir: Path) -> dict:
 
 class Estimator:
     """An arm's seconds before it runs: :data:`PRIORS`, replaced by what earlier arms measured
-    (seconds per decode step of each engine, per trained row, per load)."""
+    (seconds per decode step of each engine, per trained row, per load). The gate decodes its
+    tokens four times: greedy and sampled, on the hf engine and on the arm's."""
 
-    def __init__(self, tiny: bool):
+    def __init__(self, tiny: bool, gate_tokens: int):
         self.decode_s = dict(PRIORS["decode_s"])
         self.row_s, self.load_s = PRIORS["row_s"], PRIORS["load_s"]
         self.tokens = 16 if tiny else 1024
+        self.gate_tokens = gate_tokens
 
     def seconds(self, arm: Arm, steps: int, tokens: int | None = None) -> float:
         decode = self.decode_s.get(arm.engine, max(self.decode_s.values()))
+        gate = 2 * self.gate_tokens * (self.decode_s["hf"] + decode)
         per_step = (tokens or self.tokens) * decode + arm.rows * self.row_s
-        return self.load_s + steps * per_step
+        return self.load_s + gate + steps * per_step
 
     def learn(self, result: dict) -> None:
         decode_steps = result["generate_calls"] * result["mean_completion_tokens"]
@@ -602,22 +813,38 @@ def ratio(value: float, base: float | None) -> str:
     return f"{value / base:.2f}" if base else "n/a"
 
 
+def gate_cells(entry: dict) -> str:
+    """The gate's two table cells: its verdict, and the sampler/trainer abs Δ log p of the arm
+    and of the hf engine (empty for an arm whose gate did not run)."""
+    gate = entry.get("gate")
+    if gate is None:
+        return " | "
+    arm, hf = gate["logp_difference"], gate["hf_logp_difference"]
+    return (
+        f"{gate_verdict(gate)} | {arm['mean']:.2g} / {arm['max']:.2g} "
+        f"(hf {hf['mean']:.2g} / {hf['max']:.2g})"
+    )
+
+
 def summary(report: dict) -> list[str]:
-    """One row per arm: what it measured and its ratios to the HF arm beside it."""
+    """One row per arm: its gate, what it measured and its ratios to the HF arm beside it."""
     lines = [
-        "| model | arm | status | rows / calls | step s | generation tokens/s | × hf | "
-        "step × hf | log-prob s | update s | mean abs Δ log p | TIS clipped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | arm | status | gate: greedy vs hf | gate: abs Δ log p, mean / max | "
+        "rows / calls | step s | generation tokens/s | × hf | step × hf | log-prob s | "
+        "update s | mean abs Δ log p | TIS clipped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in report["arms"]:
+        head = f"| {entry['model']} | `{entry['arm']}`"
         if entry["status"] != "done":
-            status = f"{entry['status']}: {entry['reason']}"
-            lines.append(f"| {entry['model']} | `{entry['arm']}` | {status} |" + " |" * 9)
+            status = entry["status"]
+            status = "wrong: not timed" if status == "wrong" else f"{status}: {entry['reason']}"
+            lines.append(f"{head} | {status} | {gate_cells(entry)} |" + " |" * 9)
             continue
         base = baseline(report, entry)
         mismatch = entry["mismatch"]
         lines.append(
-            f"| {entry['model']} | `{entry['arm']}` | done | {entry['rows']} / "
+            f"{head} | done | {gate_cells(entry)} | {entry['rows']} / "
             f"{entry['generate_calls']} | {entry['step_s']:.1f} | "
             f"{entry['generation_tokens_per_s']:.0f} | "
             f"{ratio(entry['generation_tokens_per_s'], base and base['generation_tokens_per_s'])}"
@@ -655,6 +882,27 @@ def targets(report: dict) -> list[str]:
     return lines
 
 
+def gate_lines(gate: dict) -> list[str]:
+    """An arm's gate in its section: the verdict, the log-prob differences, each differing row."""
+    arm, hf = gate["logp_difference"], gate["hf_logp_difference"]
+    lines = [
+        "",
+        f"Correctness gate ({gate['seconds']:.1f} s, live adapter): greedy tokens against the hf "
+        f"engine's, {gate_verdict(gate)}. Sampler/trainer abs Δ log p over {gate['rows']} rows "
+        f"sampled at T = 1: mean {arm['mean']:.3g}, max {arm['max']:.3g} (the hf engine's: "
+        f"{hf['mean']:.3g}, {hf['max']:.3g}).",
+    ]
+    if gate["differences"]:
+        lines += [
+            "",
+            "| row | first differing token | hf token ahead by, nats |",
+            "|---|---|---|",
+        ]
+        for d in gate["differences"]:
+            lines.append(f"| {d['row']} | {d['token']} | {d['hf_lead_nats']:.3g} |")
+    return lines
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"# QLoRA 8B benchmark — {report['date']}, {report['device_name']}",
@@ -679,6 +927,9 @@ def markdown(report: dict) -> str:
         if entry["status"] == "failed":
             lines += ["", f"## `{entry['arm']}` ({entry['model']}): failed", "", "```"]
             lines += [entry["traceback"].strip()[-3000:], "```"]
+        if entry["status"] == "wrong":
+            lines += ["", f"## `{entry['arm']}` ({entry['model']}): wrong, not timed"]
+            lines += gate_lines(entry["gate"])
         if entry["status"] != "done":
             continue
         lines += [
@@ -686,6 +937,7 @@ def markdown(report: dict) -> str:
             f"## `{entry['arm']}` ({entry['model']}): {entry['rows']} rows × "
             f"({entry['prompt_tokens']} prompt + {entry['max_new_tokens']} new tokens)"
             + (f", {entry['memory_gib']:g} GiB budget" if entry["memory_gib"] else ""),
+            *gate_lines(entry["gate"]),
             "",
             f"| phase | measured peak {unit_name} | plan {unit_name} | plan / measured |",
             "|---|---|---|---|",
@@ -762,6 +1014,19 @@ def parse_args(argv=None):
         help="new tokens per row for HF generate's options, compared on the first arm (0: skip; "
         "default 0, 16 with --tiny; about 50 s at 128 tokens on 8B)",
     )
+    parser.add_argument(
+        "--gate-tokens",
+        type=int,
+        default=GATE_TOKENS,
+        help=f"new tokens of the correctness gate's {GATE_ROWS} rows (module docstring)",
+    )
+    parser.add_argument(
+        "--tie-factor",
+        type=float,
+        default=TIE_FACTOR,
+        help="the gate's near-tie tolerance, in multiples of the hf engine's largest "
+        "sampler/trainer log-prob difference (module docstring)",
+    )
     parser.add_argument("--work-dir", help="where the random models are saved (default: RAM disk)")
     return parser.parse_args(argv)
 
@@ -793,7 +1058,7 @@ def run_arms(report: dict, args, out: Path, work_dir: Path, start: float) -> Non
     """Every arm of every model within the budget, the tables rewritten after each."""
     cuda = args.device == "cuda"
     arms = [Arm.parse(line) for line in (args.arm or ARMS)]
-    estimator = Estimator(args.tiny)
+    estimator = Estimator(args.tiny, args.gate_tokens)
     for name in args.models:
         path = None
         for arm in arms:
@@ -816,9 +1081,10 @@ def run_arms(report: dict, args, out: Path, work_dir: Path, start: float) -> Non
                         path = save_random_model(name, args.tiny, args.device, work_dir)
                         log(name, f"random model built and saved to {path}", start)
                     result = run_arm(name, arm, args, path, work_dir)
-                entry |= result | {"status": "done"}
-                estimator.learn(result)
-                args.variant_tokens = 0  # HF's generate options: compared on the first arm only
+                entry |= result
+                if result["status"] == "done":
+                    estimator.learn(result)
+                    args.variant_tokens = 0  # HF's generate options: on the first timed arm only
             except OutOfTime as error:
                 entry |= {"status": "cut off", "reason": str(error)}
             except Exception as error:  # record it and go on: device time is scarce
@@ -871,8 +1137,14 @@ def main(argv=None) -> dict:
         write(report, out, start)
         print(markdown(report), flush=True)
     failed = [e["arm"] for e in report["arms"] if e["status"] == "failed"]
+    wrong = [e["arm"] for e in report["arms"] if e["status"] == "wrong"]
+    errors = []
     if failed:
-        raise SystemExit(f"failed: {', '.join(failed)} (tracebacks in results.md)")
+        errors.append(f"failed: {', '.join(failed)} (tracebacks in results.md)")
+    if wrong:
+        errors.append(f"wrong (failed the correctness gate): {', '.join(wrong)}")
+    if errors:
+        raise SystemExit("; ".join(errors))
     return report
 
 

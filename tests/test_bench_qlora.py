@@ -1,5 +1,6 @@
-"""The GPU proof script's CPU smoke mode: the same code path on tiny shapes (benchmarks/), and
-its arm logic (parsing, skipping, the time budget) without a model."""
+"""The GPU proof script's CPU smoke mode: the same code path on tiny shapes (benchmarks/), its
+correctness gate against a broken engine, and its arm logic (parsing, skipping, the time budget)
+without a model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+import rlkit.rollout
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_qlora_8b.py"
 
@@ -81,16 +85,19 @@ def test_an_arm_running_past_the_budget_is_cut_off_and_none_starts_after(tmp_pat
     assert "cut off: the time budget ran out" in (tmp_path / "out" / "results.md").read_text()
 
 
-def test_engines_side_by_side_with_their_mismatch(tmp_path):
-    """Every engine reports its sampler/trainer mismatch (loss.tis_cap on for every arm) and its
-    ratio to the HF arm beside it."""
+def test_engines_side_by_side_with_their_gate_and_mismatch(tmp_path):
+    """Every engine passes its correctness gate, reports its sampler/trainer mismatch
+    (loss.tis_cap on for every arm) and its ratio to the HF arm beside it."""
     bench = load_bench()
     arms = ("rows=16 rollout.engine=hf", "rows=16 rollout.engine=hf_static")
     bench.main(tiny_args(tmp_path, *arms))
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     hf, static = report["arms"]
     assert hf["status"] == static["status"] == "done"
+    assert hf["gate"]["differences"] == []  # the reference against itself
     for entry in (hf, static):
+        assert entry["gate"]["passed"] and entry["gate"]["tolerance_nats"] > 0
+        assert entry["gate"]["logp_difference"]["max"] >= entry["gate"]["logp_difference"]["mean"]
         assert entry["mismatch"][bench.CLIPPED] == 0.0
         assert entry["mismatch"][bench.DIFFERENCE] >= 0.0
     assert bench.baseline(report, static) is bench.baseline(report, hf) is not None
@@ -98,9 +105,39 @@ def test_engines_side_by_side_with_their_mismatch(tmp_path):
     row = next(
         line for line in table.splitlines() if "`rows=16 rollout.engine=hf_static` |" in line
     )
-    speedup = row.split(" | ")[6]  # generation tokens/s × hf
+    speedup = row.split(" | ")[8]  # generation tokens/s × hf
     assert float(speedup) > 0
+    assert "`rows=16 rollout.engine=hf` | done | equal (8 rows × 32 tokens) |" in table
     assert "TIS clips < 1% of tokens, `rows=16 rollout.engine=hf`: 0.00%, met" in table
+
+
+def test_an_engine_whose_tokens_come_one_position_late_is_wrong_and_not_timed(
+    tmp_path, monkeypatch
+):
+    """A static decode loop that returns each row's tokens one position late (its first token
+    twice), as a KV cache written one column off would derail them, fails its gate: the arm is
+    recorded wrong with the rows that differ, none of its steps runs, and the script exits
+    non-zero."""
+    bench = load_bench()
+    decode = rlkit.rollout.static_generate
+
+    def one_late(*args, **kwargs):
+        tokens, logp = decode(*args, **kwargs)
+        return torch.cat([tokens[:, :1], tokens[:, :-1]], dim=1), logp
+
+    monkeypatch.setattr(rlkit.rollout, "static_generate", one_late)
+    with pytest.raises(SystemExit, match="wrong .*: rows=16 rollout.engine=hf_static$"):
+        bench.main(tiny_args(tmp_path, "rows=16 rollout.engine=hf_static"))
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    (static,) = report["arms"]
+    assert static["status"] == "wrong" and not static["gate"]["passed"]
+    assert "step_s" not in static and "mismatch" not in static  # not timed
+    assert static["reason"].startswith("differs in ")
+    leads = [d["hf_lead_nats"] for d in static["gate"]["differences"]]
+    assert max(leads) > static["gate"]["tolerance_nats"]
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "`rows=16 rollout.engine=hf_static` | wrong: not timed | differs in " in table
+    assert "## `rows=16 rollout.engine=hf_static` (qwen3-8b): wrong, not timed" in table
 
 
 @pytest.mark.slow
