@@ -67,6 +67,7 @@ from rlkit.sweep import (
     MANIFEST,
     METRICS,
     NAME,
+    STARTS,
     Claim,
     ManipulationCheck,
     parse_claims,
@@ -138,6 +139,63 @@ def check_manifest(manifest, path: Path) -> None:
                     f"{path}: runs[{i}] repeats runs[{seen[key]}] ({key!r}); rerun rlkit sweep"
                 )
             seen[key] = i
+
+
+def preregistration(manifest: dict, sweep_dir: Path) -> dict:
+    """What lets a reader check from the repository that the spec came before the runs (issue
+    42): the spec file's sha256 as ``rlkit sweep`` last read it (``sweep.json``), and per run the
+    UTC time of its last fresh start with the spec's sha256 then (``starts.jsonl``,
+    :func:`rlkit.sweep.log_start`; a resume keeps its start). ``spec_changed_after_start``: the
+    runs that started under another version of the spec file than the one the sweep.json holds.
+    A missing hash or start is None with the reason, never a guess."""
+    starts = {}
+    path = Path(sweep_dir) / STARTS
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for line in lines:
+        entry = json.loads(line)
+        if entry["status"] == "fresh":
+            starts[entry["run"]] = entry
+    keys = [f"{r['arm']}/G{r['group_size']}/seed{r['seed']}" for r in manifest["runs"]]
+    spec_hash = manifest.get("spec_sha256")
+    unrecorded = [k for k in keys if k not in starts]
+    return {
+        "spec_file": manifest["spec_file"],
+        "spec_sha256": spec_hash,
+        "spec_sha256_from": f"{MANIFEST} (rlkit sweep)" if spec_hash else None,
+        "spec_sha256_why": None
+        if spec_hash
+        else f"{MANIFEST} has no spec_sha256 (written by rlkit sweep before it recorded one)",
+        "runs_started": {k: starts[k]["at"] if k in starts else None for k in keys},
+        "runs_started_why": None
+        if not unrecorded
+        else f"{len(unrecorded)} of {len(keys)} runs have no fresh start in {STARTS} (started "
+        "before rlkit sweep logged starts, or not by rlkit sweep)",
+        "spec_changed_after_start": [
+            k for k in keys if k in starts and starts[k]["spec_sha256"] != spec_hash
+        ],
+    }
+
+
+def preregistration_markdown(pre: dict) -> list[str]:
+    """summary.md's paragraph on :func:`preregistration`. A committed summary written before it
+    existed holds a backfilled block: the spec's sha256 from git, and no start times (None, with
+    the reason), so whether the spec changed after a start is not known (None)."""
+    spec = (
+        f"sha256 `{pre['spec_sha256']}` (from {pre['spec_sha256_from']})"
+        if pre["spec_sha256"]
+        else f"no sha256 ({pre['spec_sha256_why']})"
+    )
+    started = sorted(t for t in (pre["runs_started"] or {}).values() if t)
+    runs = f"runs started from {started[0]} to {started[-1]} (UTC)" if started else "no run start"
+    if pre["runs_started_why"]:
+        runs += f": {pre['runs_started_why']}"
+    changed = pre["spec_changed_after_start"] or []
+    amended = (
+        f" The spec file changed after {len(changed)} run(s) had started: {', '.join(changed)}."
+        if changed
+        else ""
+    )
+    return [f"Pre-registration: spec `{pre['spec_file']}`, {spec}; {runs}.{amended}", ""]
 
 
 def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -621,6 +679,8 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
                 f"| {_fmt(sh['reward_after'])} | {_fmt(vs_reward) if vs_reward else '—'} |"
             )
         lines.append("")
+    if "preregistration" in summary:
+        lines += preregistration_markdown(summary["preregistration"])
     if "manipulation" in summary:
         lines += manipulation_markdown(summary["manipulation"])
     if "claims" in summary:
@@ -686,6 +746,7 @@ def write_report(
         "commands": commands,
         "baseline": manifest.get("baseline"),
         "spec": manifest["spec"],
+        "preregistration": preregistration(manifest, Path(sweep_dir)),
         "mdd": mdd,
         "missing": list(missing),
         "rows": rows,
@@ -980,7 +1041,7 @@ def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
         r["verdict"] = (
             "not testable (manipulation did not act)"
             if r["manipulation_acted"] is False
-            else _claim_verdict(r)
+            else claim_verdict(r)
         )
     return results
 
@@ -1056,7 +1117,9 @@ def _test_claim(summary: dict, claim: Claim) -> dict:
     return result
 
 
-def _claim_verdict(r: dict) -> str:
+def claim_verdict(r: dict) -> str:
+    """The verdict of a judged claim (:func:`judge_claims`) from its p_holm, p_holm_other, 90%
+    interval and margin: the rules that judge_claims states."""
     if len(r["seeds"]) < 2:
         return "not testable (fewer than 2 paired seeds)"
     margin, ci90 = r["margin"], r["ci90"]

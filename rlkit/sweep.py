@@ -81,19 +81,25 @@ is the faster one on the 2-core machines rlkit's tiny model targets: the tiny mo
 products are too small for a second intra-op thread to pay, so two runs side by side beat one
 run on two threads.
 
-``OUT/sweep.json`` records the spec, the commands and every run (arm, G, seed, directory) for
-``rlkit report OUT``. Relative paths (``out``, the run directories) are relative to the directory
+``OUT/sweep.json`` records the spec, its file's sha256 (:func:`spec_sha256`), the commands and
+every run (arm, G, seed, directory) for ``rlkit report OUT``; ``OUT/starts.jsonl`` gets a line each
+time a run starts or resumes (its key, ``fresh`` or ``resume``, the UTC time and the spec file's
+sha256 then), so that ``rlkit report`` can record when each run started and under which spec: a
+claim's pre-registration is then checked from the repository (the spec's commit before the first
+start), not from the order of commits alone (issue 42). Relative paths (``out``, the run directories) are relative to the directory
 the sweep runs in; run ``rlkit report`` from there too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import operator
 import re
 import shlex
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
@@ -112,6 +118,7 @@ from rlkit.rundir import (
 from rlkit.tasks.loader import check_sizes, load_problems, shifted_train_problems
 
 MANIFEST = "sweep.json"
+STARTS = "starts.jsonl"  # one line per run start or resume (train_sweep_run)
 SPEC_KEYS = {
     "name": "optional sweep name (default: the spec file's name)",
     "base": "preset or YAML config every run starts from",
@@ -545,10 +552,29 @@ def run_status(cfg: TrainConfig) -> str:
     return "done" if step == cfg.steps else "resume"
 
 
-def train_sweep_run(base: str, overrides: list[str], threads: int) -> list[dict]:
+def spec_sha256(path: str | Path) -> str:
+    """The sha256 of a spec file's bytes: what ``sweep.json`` and ``starts.jsonl`` record, and
+    what ``git show <commit>:<spec>`` of the pre-registration commit must hash to."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def log_start(starts: Path, key: str, status: str, spec_hash: str) -> None:
+    """Append one line to the sweep's ``starts.jsonl``: run ``key`` starts (``fresh``) or resumes
+    now (UTC), under the spec file with sha256 ``spec_hash``. One ``write`` of one short line in
+    append mode, so the pool's workers do not interleave their lines."""
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    line = json.dumps({"run": key, "status": status, "at": now, "spec_sha256": spec_hash})
+    with open(starts, "a") as f:
+        f.write(line + "\n")
+
+
+def train_sweep_run(
+    base: str, overrides: list[str], threads: int, key: str, starts: str, spec_hash: str
+) -> list[dict]:
     """One run of the grid (a pool job): its status decided again under its run lock, right
     before it trains (another process may have finished or started it since the sweep looked),
-    then nothing (done), a resume, or a fresh start that first clears what this run left."""
+    then nothing (done), a resume, or a fresh start that first clears what this run left; a
+    start or resume is logged to ``starts`` (:func:`log_start`)."""
     cfg = load_config(base, overrides)
     with RunLock(Path(cfg.output_dir)):
         status = run_status(cfg)
@@ -556,6 +582,7 @@ def train_sweep_run(base: str, overrides: list[str], threads: int) -> list[dict]
             clear_run(Path(cfg.output_dir))
     if status == "done":
         return []
+    log_start(Path(starts), key, status, spec_hash)
     # no overwrite: if another process wrote there since the lock was released, training refuses
     return train_run(base, overrides, threads, resume=status == "resume")
 
@@ -566,6 +593,7 @@ def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
         "name": spec.name,
         "spec_file": str(spec_path),
         "spec": read_yaml(str(spec_path)),
+        "spec_sha256": spec_sha256(spec_path),
         "command": f"rlkit sweep {shlex.quote(str(spec_path))}",
         "baseline": spec.baseline,
         "runs": [
@@ -601,9 +629,13 @@ def run_sweep(
         workers = spec.workers if workers is None else workers
         if workers is None:
             workers = default_workers(len(todo), spec.threads)
+        starts, spec_hash = str(spec.out / STARTS), spec_sha256(spec_path)
         run_pool(
             train_sweep_run,
-            {run.key: (spec.base, list(run.overrides), spec.threads) for run in todo},
+            {
+                run.key: (spec.base, list(run.overrides), spec.threads, run.key, starts, spec_hash)
+                for run in todo
+            },
             workers,
             progress,
             desc=f"sweep {spec.name}",

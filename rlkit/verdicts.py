@@ -2,68 +2,91 @@
 
 Every claim that a committed ``results/<sweep>/summary.json`` holds (its spec's ``claims``, judged
 by ``rlkit report``: :func:`rlkit.report.judge_claims`) is one row, in a stable order (sweeps by
-folder name, then the claims in their spec's order). The table is written between two markers in
-the README, ``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->``, and nothing else there is
-touched. With ``--check`` nothing is written: it fails, naming the README's first line that
-differs from a fresh render, so a verdict edited by hand or a summary regenerated without the
-README is caught (``make notebooks-full`` runs this check, notebooks/execute_full.py).
+folder name, then the claims in their spec's order). Beside the registered verdict each row shows
+issue 42's re-reading (:mod:`rlkit.reanalysis`): the claim's registration flag
+(``results/deviations.yaml``), the equivalence reading within its margin and the margin's share
+of the control arm's gain, the Holm p over the whole project, the uniform manipulation rule and
+the verdict under those rules. The table is written between two markers in the README,
+``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->``, and nothing else there is touched.
+With ``--check`` nothing is written: it fails, naming the README's first line that differs from a
+fresh render, so a verdict edited by hand or a summary regenerated without the README is caught
+(``make notebooks-full`` runs this check, notebooks/execute_full.py).
 
 A summary without claims (a spec written before pre-registration existed) contributes no row.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from rlkit import reanalysis
 from rlkit.report import claim_cells
 from rlkit.rundir import write_atomically
 
 BEGIN = "<!-- verdicts:begin -->"
 END = "<!-- verdicts:end -->"
 HEADER = (
-    "| claim | sweep | test | arm − vs | metric | G | seeds | d [95% CI] | margin "
-    "| p (sign flips) | Holm p | MDD (planned / observed) | manipulation acted | verdict |"
+    "| claim | sweep | registration | test | arm − vs | metric | G | seeds | d [95% CI] | 90% CI "
+    "| margin (share of vs's gain) | equivalent within ±margin | p (sign flips) "
+    "| Holm p (family / project) | MDD (planned / observed) "
+    "| manipulation acted (registered / uniform rule) | verdict (registered) "
+    "| re-reading (issue 42) |"
 )
 ACTED = {True: "yes", False: "no", None: "no check"}
-
-
-def committed_claims(results: str | Path) -> list[tuple[str, dict]]:
-    """(sweep, judged claim) of every ``results/*/summary.json`` with claims: sweeps by folder
-    name, claims in their spec's order. A summary that is not valid JSON is a ValueError naming
-    it."""
-    out = []
-    for path in sorted(Path(results).glob("*/summary.json")):
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON ({err}): rerun rlkit report") from None
-        out += [(path.parent.name, claim) for claim in summary.get("claims") or []]
-    return out
+YES = {True: "yes", False: "no", None: "—"}
 
 
 def render(results: str | Path) -> list[str]:
-    """The generated block's lines (without the markers): one table row per claim, then where
-    each planned MDD came from."""
-    claims = committed_claims(results)
+    """The generated block's lines (without the markers): one table row per claim, then the
+    project-wide Holm result, the registration flags' evidence and where each planned MDD came
+    from."""
+    claims = reanalysis.committed(results)
     if not claims:
         return [f"No summary in {Path(results).name}/ holds pre-registered claims yet."]
+    flags = reanalysis.registration_flags(results, claims)
+    project = reanalysis.project_holm(claims)
     lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
     planned = {}
-    for sweep, c in claims:
-        cell = claim_cells(c)
-        lines.append(
-            f"| {c['name']} | {sweep} | {cell['test']} | {cell['pair']} | {cell['metric']} "
-            f"| {c['group_size']} | {cell['seeds']} | {cell['d']} | {cell['margin']} "
-            f"| {cell['p_exact']} | {cell['p_holm']} | {cell['planned_mdd']} / {cell['mdd']} "
-            f"| {ACTED[c['manipulation_acted']]} | **{c['verdict']}** |"
-        )
+    for sweep, c, summary in claims:
+        lines.append(_row(sweep, c, summary, flags, project))
         if c["planned_from"]:
             planned.setdefault(sweep, {})[c["planned_from"]] = None
+    survivors = reanalysis.surviving(project)
+    lines += [
+        "",
+        f"Project-wide Holm over all {len(project)} superiority claims (α = "
+        f"{reanalysis.ALPHA}, both directions): {len(survivors)} survive, "
+        + "; ".join(f"{name} ({sweep})" for sweep, name in survivors)
+        + ".",
+    ]
+    entries = reanalysis.deviations(results)
+    if entries:
+        lines += ["", f"Registration flags ({Path(results).name}/{reanalysis.DEVIATIONS}):"]
+        lines += [f"- {e['sweep']}, {e['flag']}: {e['why']}" for e in entries]
     if planned:
         lines += ["", "Planned MDDs from:"]
         lines += [f"- {sweep}: {'; '.join(sources)}" for sweep, sources in planned.items()]
     return lines
+
+
+def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
+    """One claim's table row: the registered cells (:func:`rlkit.report.claim_cells`) and the
+    re-reading's (:mod:`rlkit.reanalysis`)."""
+    cell = claim_cells(c)
+    share = reanalysis.gain_share(summary, c)
+    margin = cell["margin"] + ("" if share is None else f" ({share:.0%})")
+    ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
+    p_project = project.get((sweep, c["name"]))
+    holm = f"{cell['p_holm']} / {'—' if p_project is None else f'{p_project[0]:.4f}'}"
+    status, uniform = reanalysis.uniform_check(summary, c)
+    registration = ", ".join(flags.get((sweep, c["name"]), [])) or "—"
+    return (
+        f"| {c['name']} | {sweep} | {registration} | {cell['test']} | {cell['pair']} "
+        f"| {cell['metric']} | {c['group_size']} | {cell['seeds']} | {cell['d']} | {ci90 or '—'} "
+        f"| {margin} | {YES[reanalysis.equivalent(c)]} | {cell['p_exact']} | {holm} "
+        f"| {cell['planned_mdd']} / {cell['mdd']} | {ACTED[c['manipulation_acted']]} / {uniform} "
+        f"| **{c['verdict']}** | {reanalysis.reread(c, p_project, status)} |"
+    )
 
 
 def _block(lines: list[str], readme: Path) -> tuple[int, int]:

@@ -563,3 +563,58 @@ def test_report_writes_the_curves_and_the_dynamics_with_their_numbers(tmp_path, 
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporary left
     # the summary renders back to its own json (what test_claims checks of committed ones)
     assert summary_files(summary, {})["summary.json"] == (out / "summary.json").read_text()
+
+
+def test_report_records_the_spec_hash_and_each_runs_start(tmp_path, sweep_dir):
+    """Issue 42: summary.json holds the spec file's sha256 that rlkit sweep recorded and each
+    run's last fresh start (UTC) from starts.jsonl, a resume keeping its start; a run started
+    under another version of the spec file is named; what was not recorded is None with why."""
+    from rlkit.sweep import log_start
+
+    manifest = json.loads((sweep_dir / "sweep.json").read_text()) | {"spec_sha256": "new"}
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    starts = sweep_dir / "starts.jsonl"
+    log_start(starts, "A/G4/seed0", "fresh", "old")
+    log_start(starts, "A/G4/seed0", "fresh", "new")  # killed before a checkpoint, started again
+    log_start(starts, "B/G4/seed1", "fresh", "old")
+    log_start(starts, "B/G4/seed1", "resume", "new")  # a resume keeps its start
+    lines = [json.loads(line) for line in starts.read_text().splitlines()]
+    write_report(sweep_dir, tmp_path / "results")
+    summary = json.loads((tmp_path / "results/synthetic/summary.json").read_text())
+    pre = summary["preregistration"]
+    assert pre["spec_file"] == "sweeps/synthetic.yaml" and pre["spec_sha256"] == "new"
+    assert pre["runs_started"]["A/G4/seed0"] == lines[1]["at"]
+    assert pre["runs_started"]["B/G4/seed1"] == lines[2]["at"]
+    assert pre["runs_started"]["A/G4/seed1"] is None
+    assert pre["runs_started_why"].startswith("9 of 11 runs have no fresh start in starts.jsonl")
+    assert pre["spec_changed_after_start"] == ["B/G4/seed1"]
+    md = (tmp_path / "results/synthetic/summary.md").read_text()
+    assert "Pre-registration: spec `sweeps/synthetic.yaml`, sha256 `new` (from sweep.json" in md
+    assert "The spec file changed after 1 run(s) had started: B/G4/seed1." in md
+
+
+def test_a_sweep_without_a_spec_hash_or_starts_says_so(tmp_path, sweep_dir):
+    write_report(sweep_dir, tmp_path / "results")
+    pre = json.loads((tmp_path / "results/synthetic/summary.json").read_text())["preregistration"]
+    assert pre["spec_sha256"] is None and "sweep.json has no spec_sha256" in pre["spec_sha256_why"]
+    assert set(pre["runs_started"].values()) == {None}
+    assert pre["spec_changed_after_start"] == []
+
+
+def test_committed_summaries_hold_the_spec_hash_git_gives():
+    """Every committed summary.json records its spec's sha256, backfilled from git: the hash of
+    the spec file at the commit it names (checked here wherever git history is at hand)."""
+    import hashlib
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.glob("results/*/summary.json")):
+        pre = json.loads(path.read_text())["preregistration"]
+        assert pre["runs_started"] is None and pre["runs_started_why"].startswith("not recorded")
+        commit = re.search(r"`git show ([0-9a-f]{40}):", pre["spec_sha256_from"]).group(1)
+        shown = subprocess.run(
+            ["git", "-C", str(root), "show", f"{commit}:{pre['spec_file']}"], capture_output=True
+        )
+        if shown.returncode:  # a copy without the history: nothing to compare
+            continue
+        assert hashlib.sha256(shown.stdout).hexdigest() == pre["spec_sha256"], path

@@ -333,3 +333,17 @@ def test_shipped_specs_evaluate_the_problems_of_their_committed_results(spec):
             f"{spec.name}: {run.key} would evaluate {evaluated} problems, "
             f"{summary.relative_to(ROOT)} has {committed[run.arm, run.group_size]}"
         )
+
+
+def test_the_manifest_records_the_spec_files_sha256(tmp_path):
+    """sweep.json holds the sha256 of the spec file's bytes (issue 42): what git show of the
+    pre-registration commit must hash to."""
+    import hashlib
+
+    from rlkit.sweep import write_manifest
+
+    path = ROOT / "sweeps/22_ebpo.yaml"
+    spec = parse_spec(path)
+    spec.out = tmp_path / "out"
+    manifest = json.loads(write_manifest(spec, path, []).read_text())
+    assert manifest["spec_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
