@@ -1,8 +1,8 @@
 """The golden runs of tests/golden/make_golden.py reproduce byte for byte (``time/*`` aside).
 
 Each case's ``metrics.jsonl`` under today's code must equal the stored file, which the recorded
-code wrote. Float results depend on the CPU's kernels and the library versions, so the stored
-files are the reference only on a machine with the recorded fingerprint
+code wrote. Float results depend on the CPU's kernels and the library versions, so a stored file
+is the reference only on a machine with the fingerprint recorded for its case
 (tests/golden/fingerprint.json). Elsewhere the reference is regenerated here by the code of the
 commit that last wrote each golden file (``git archive`` of it, run in a subprocess), so the test
 neither passes silently nor fails spuriously on another CPU; without that history (a shallow
@@ -76,12 +76,22 @@ def regenerate(work: Path, names=NAMES) -> dict[str, str]:
     return out
 
 
+def made_here() -> list[str]:
+    """The cases whose stored file was made on a machine like this one (fingerprint.json)."""
+    recorded = json.loads((GOLDEN / make_golden.FINGERPRINT).read_text())
+    return [name for name in NAMES if recorded.get(name) == make_golden.fingerprint()]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[str, str]:
-    recorded = json.loads((GOLDEN / make_golden.FINGERPRINT).read_text())
-    if recorded == make_golden.fingerprint():
-        return {name: (GOLDEN / f"{name}.jsonl").read_text() for name in NAMES}
-    return regenerate(tmp_path_factory.mktemp("golden-reference"))
+    """Each case's stored file where it was made on a machine like this, else its file as the
+    code of the commit that last wrote it writes it here."""
+    here = made_here()
+    stored = {name: (GOLDEN / f"{name}.jsonl").read_text() for name in here}
+    elsewhere = [name for name in NAMES if name not in here]
+    if not elsewhere:
+        return stored
+    return stored | regenerate(tmp_path_factory.mktemp("golden-reference"), elsewhere)
 
 
 def first_difference(got: str, want: str) -> str:
@@ -112,6 +122,13 @@ def test_the_fixture_resumes_into_the_uninterrupted_run():
 def test_the_reference_can_be_regenerated_from_history(tmp_path):
     """The path another CPU takes: the recorded commit's code, run from git history, writes the
     golden file again (here, on the recording machine, byte for byte the stored one)."""
-    if json.loads((GOLDEN / make_golden.FINGERPRINT).read_text()) != make_golden.fingerprint():
+    here = made_here()
+    if not here:
         pytest.skip("another machine: test_golden_run_is_reproduced_byte_for_byte regenerates")
-    assert regenerate(tmp_path, ["grpo"]) == {"grpo": (GOLDEN / "grpo.jsonl").read_text()}
+    name = here[0]
+    assert regenerate(tmp_path, [name]) == {name: (GOLDEN / f"{name}.jsonl").read_text()}
+
+
+def test_every_golden_case_records_the_machine_its_file_was_made_on():
+    recorded = json.loads((GOLDEN / make_golden.FINGERPRINT).read_text())
+    assert sorted(recorded) == sorted(NAMES)

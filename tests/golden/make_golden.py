@@ -1,16 +1,19 @@
 """Golden runs: short tiny trainings whose ``metrics.jsonl`` a refactor must reproduce byte for byte.
 
 Each case is a 3-step run of the built-in tiny policy (a 4-bit 64-wide Llama for ``qlora``) on the
-arithmetic task at one thread, one case per training path (estimators, EBPO's priors, DAPO, AGPO's
-probes, the pass options, the task shift, the curriculum). ``resume`` continues the checkpoint
+arithmetic task at one thread, one case per training path (every estimator and method: GRPO,
+Dr. GRPO, RLOO, EBPO's priors, JSPO and JSPO++, PPO and its adaptive KL, DPO online and offline;
+DAPO, Clip-Cov and KL-Cov, AGPO's probes, stale rollouts, the pass options, the task shift, the
+curriculum). ``resume`` continues the checkpoint
 fixture in ``resume_fixture/`` (written by the recorded code at step 2 of a 4-step LoRA run with
 EBPO clusters and AGPO's ``previous`` probe, so every piece of trainer state is non-trivial) and
 must equal the uninterrupted run. A stored file is the run's ``metrics.jsonl`` with the ``time/*``
 keys removed, everything else (values and key order) as written.
 
-Float results depend on the CPU's kernels, so ``fingerprint.json`` records the machine and the
-library versions the files were made with; tests/test_golden.py compares against the stored files
-on a matching machine and otherwise regenerates the reference with the recorded commit's code.
+Float results depend on the CPU's kernels, so ``fingerprint.json`` records, case by case, the
+machine and the library versions each file was made with; tests/test_golden.py compares a case
+against its stored file on a matching machine and otherwise regenerates its reference with the
+code of the commit that last wrote it.
 
     python tests/golden/make_golden.py                # every case into tests/golden/
     python tests/golden/make_golden.py --only grpo,rloo --out /tmp/ref
@@ -91,6 +94,15 @@ CASES: dict[str, tuple[str, ...]] = {
     "every_pass_kl": ("optim.skip_redundant_passes=false", "loss.kl_coef=0.1"),
     "task_shift": ("task.shift={step: 2, arithmetic: {topics: [mul]}}",),
     "difficulty_order": ("rollout.order=difficulty",),
+    "ppo": ("algo.estimator=ppo", *FOUR_MINI_BATCHES),
+    "ppo_adaptive_kl": ("algo.estimator=ppo", "ppo.adaptive_kl=true"),
+    "dpo": ("algo.estimator=dpo",),
+    "dpo_offline": ("algo.estimator=dpo", "dpo.mode=offline"),
+    "jspo": ("algo.estimator=jspo",),
+    "jspo_plus_plus": ("algo.estimator=jspo_plus_plus",),
+    "clip_cov": ("loss.loss_mode=clip_cov", *FOUR_MINI_BATCHES),
+    "kl_cov": ("loss.loss_mode=kl_cov", *FOUR_MINI_BATCHES),
+    "stale": ("rollout.lag=1", "algo.estimator=ebpo"),
     "qlora": (
         f"model.name_or_path={QLORA_MODEL}",
         "model.mode=qlora",
@@ -234,8 +246,15 @@ def main(argv: list[str] | None = None) -> None:
             text = run_case(name, work, GOLDEN_DIR / FIXTURE)
             (args.out / f"{name}.jsonl").write_text(text)
             print(f"{name}: {len(text.splitlines())} rows", flush=True)
-    if args.out == GOLDEN_DIR and not args.only:
-        (args.out / FINGERPRINT).write_text(json.dumps(fingerprint(), indent=2) + "\n")
+    if args.out == GOLDEN_DIR:
+        record_fingerprint(args.out / FINGERPRINT, names)
+
+
+def record_fingerprint(path: Path, names: list[str]) -> None:
+    """Set this machine's :func:`fingerprint` as the one ``names``' stored files were made on,
+    keeping the other cases' (each case is compared where its own file was made)."""
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps(recorded | dict.fromkeys(names, fingerprint()), indent=2) + "\n")
 
 
 if __name__ == "__main__":
