@@ -26,6 +26,7 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
+from rlkit.paths import check_dir
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
@@ -1080,14 +1081,7 @@ def _looks_local(name_or_path: str) -> bool:
 def _check_output_dir(output_dir: str) -> None:
     if not output_dir.strip():
         raise ValueError("output_dir must name a directory, got an empty string")
-    path = Path(output_dir)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"output_dir {output_dir} is a file, not a directory")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"output_dir {output_dir} is under {existing}, which is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"output_dir {output_dir} is not writable ({existing} is read-only)")
+    check_dir("output_dir", output_dir)
 
 
 def _check_dataset(key: str, name: str) -> None:

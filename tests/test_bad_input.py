@@ -35,12 +35,12 @@ def write_jsonl(path, rows):
     return path
 
 
-def error_line(capsys) -> str:
+def error_line(capsys, command: str = "train") -> str:
     """The CLI's error: one line (progress bars of a dataset build aside), no traceback."""
     err = capsys.readouterr().err
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("rlkit train: error: "), line
+    assert line.startswith(f"rlkit {command}: error: "), line
     return line
 
 
@@ -147,6 +147,95 @@ def test_validating_a_config_does_not_import_the_model_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- paths
+@pytest.fixture
+def broken_links(tmp_path) -> dict:
+    """A symlink loop and a dangling symlink in ``tmp_path``, each with what the checks call it
+    (``Path.exists()`` is False for both)."""
+    loop, dangling = tmp_path / "loop", tmp_path / "dangling"
+    loop.symlink_to("loop")
+    dangling.symlink_to(tmp_path / "nowhere")
+    return {
+        loop: "a symlink loop",
+        dangling: f"a dangling symlink (to {tmp_path / 'nowhere'}, which does not exist)",
+    }
+
+
+def test_output_dir_through_a_broken_symlink(capsys, no_model_load, broken_links):
+    for link, what in broken_links.items():
+        assert main(["train", f"output_dir={link}"]) == 2
+        assert f"output_dir {link} is {what}: fix or remove the link" in error_line(capsys)
+        assert main(["train", f"output_dir={link / 'run'}"]) == 2
+        assert f"output_dir {link / 'run'} is under {link}, {what}" in error_line(capsys)
+
+
+def test_a_lock_that_cannot_be_taken_leaves_nothing_to_release(broken_links, monkeypatch):
+    import gc
+
+    from rlkit.rundir import RunLock
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    for link in broken_links:
+        with pytest.raises(OSError):
+            RunLock(link)
+    gc.collect()
+    assert [str(u.exc_value) for u in unraisable] == []
+
+
+def test_rlkit_cache_that_cannot_be_a_directory(
+    tmp_path, capsys, no_model_load, tiny_model_dir, monkeypatch, broken_links
+):
+    file = tmp_path / "file"
+    file.write_text("x")
+    cases = {file: f"RLKIT_CACHE {file} is a file, not a directory"}
+    cases[file / "cache"] = f"RLKIT_CACHE {file / 'cache'} is under {file}, which is a file"
+    for link, what in broken_links.items():
+        cases[link] = f"RLKIT_CACHE {link} is {what}"
+        cases[link / "cache"] = f"RLKIT_CACHE {link / 'cache'} is under {link}, {what}"
+    rows = [{"question": f"{i}+1?", "answer": i + 1} for i in range(4)]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    for cache, message in cases.items():
+        monkeypatch.setenv("RLKIT_CACHE", str(cache))
+        assert main(dataset_args(tmp_path, tiny_model_dir, data, "rollout.num_prompts=1")) == 2
+        assert message in error_line(capsys)
+
+
+def test_an_empty_rlkit_cache_means_unset(monkeypatch, tmp_path):
+    from rlkit.cache import default_cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RLKIT_CACHE", "")
+    assert default_cache_dir() == tmp_path / ".cache" / "rlkit"  # not the current directory
+
+
+def test_plot_refuses_a_broken_run_directory_or_out(tmp_path, capsys, broken_links):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [{"step": 1, "reward": 0.5}])
+    for link, what in broken_links.items():
+        assert main(["plot", str(link)]) == 2
+        assert f"run directory {link} is {what}" in error_line(capsys, "plot")
+        assert main(["plot", str(run), "--out", str(link / "curves.png")]) == 2
+        message = f"--out {link / 'curves.png'} is under {link}, {what}"
+        assert message in error_line(capsys, "plot")
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main(["plot", str(run), "--out", str(file / "curves.png")]) == 2
+    message = f"--out {file / 'curves.png'} is under {file}, which is a file"
+    assert message in error_line(capsys, "plot")
+    assert main(["plot", str(run), "--out", str(run)]) == 2
+    assert f"--out {run} is a directory: name a file" in error_line(capsys, "plot")
+
+
+def test_eval_and_build_tiny_refuse_a_broken_symlink(capsys, broken_links):
+    for link, what in broken_links.items():
+        assert main(["eval", "--checkpoint", str(link)]) == 2
+        assert f"--checkpoint {link} is {what}" in error_line(capsys, "eval")
+        assert main(["build-tiny", "--out", str(link / "tiny")]) == 2
+        assert f"--out {link / 'tiny'} is under {link}, {what}" in error_line(capsys, "build-tiny")
 
 
 # ------------------------------------------------------------------------------ data
