@@ -284,6 +284,41 @@ def test_dataset_too_small_to_split(tmp_path, capsys, no_model_load, tiny_model_
     assert "3 problems are too few to hold out task.num_eval=3" in error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["task.arithmetic={train_size: 0}"],
+            "the training split of task.name=arithmetic is empty with "
+            "task.arithmetic.train_size=0: training needs problems",
+        ),
+        (
+            ["task.name=word_problems", "task.word_problems={train_size: 0, seed: 3}"],
+            "the training split of task.name=word_problems is empty with "
+            "task.word_problems.train_size=0, task.word_problems.seed=3: training needs problems",
+        ),
+        (
+            ["steps=3", "task.shift={step: 2, arithmetic: {train_size: 0}}"],
+            "the training split of task.shift.arithmetic is empty with "
+            "task.shift.arithmetic.train_size=0: training needs problems",
+        ),
+        (
+            ["task.name=word_problems", "task.word_problems={eval_size: 0}"],
+            "the eval split of task.name=word_problems is empty with "
+            "task.word_problems.eval_size=0: evaluation needs problems",
+        ),
+    ],
+    ids=["arithmetic", "word-problems", "shift", "eval"],
+)
+def test_an_empty_split_names_the_setting_that_emptied_it(
+    tmp_path, capsys, no_model_load, tiny_model_dir, overrides, message
+):
+    args = [f"model.name_or_path={tiny_model_dir}", f"output_dir={tmp_path / 'run'}"]
+    assert main(["train", *args, "eval.num_problems=8", *overrides]) == 2
+    line = error_line(capsys)
+    assert message in line and "num_prompts=0" not in line
+
+
 def test_rows_without_an_answer_are_skipped_and_counted(tmp_path):
     rows = [
         {"question": "1+1?", "answer": "2"},
