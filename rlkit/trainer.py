@@ -54,6 +54,7 @@ from rlkit.stale import RolloutQueue
 from rlkit.step_metrics import step_metrics
 from rlkit.tasks.chat import chat_problems
 from rlkit.tasks.loader import (
+    check_context,
     check_sizes,
     load_problems,
     shifted_train_problems,
@@ -147,10 +148,12 @@ class Trainer:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
         self.passes.warn_inactive_clips()
+        context = getattr(self.policy.model.config, "max_position_embeddings", None)
+        check_context(cfg.rollout.max_new_tokens, context, cfg.model.name_or_path)
         warn_long_prompts(
             self.train_problems + self.eval_problems,
             self.policy.tokenizer,
-            getattr(self.policy.model.config, "max_position_embeddings", None),
+            context,
             cfg.rollout.max_new_tokens,
         )
         # auto batch sizes from the device's memory, for this process's share of the rows

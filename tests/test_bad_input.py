@@ -362,6 +362,23 @@ def test_prompts_longer_than_the_context_are_counted(tmp_path, tiny_model_dir):
         Trainer(cfg).close()
 
 
+@pytest.mark.parametrize("tokens", [128, 10**20])
+def test_max_new_tokens_beyond_the_models_context(tmp_path, capsys, tiny_model_dir, tokens):
+    """The tiny Llama's context is 128 tokens: 128 new tokens leave no room for a prompt."""
+    from test_trainer import tiny_overrides
+
+    overrides = tiny_overrides(tmp_path / "run", tiny_model_dir, f"rollout.max_new_tokens={tokens}")
+    message = (
+        f"rollout.max_new_tokens={tokens} does not fit the context of "
+        f"model.name_or_path={tiny_model_dir} (128 tokens, max_position_embeddings, the prompt "
+        "included): set rollout.max_new_tokens below 128"
+    )
+    assert main(["train", *overrides]) == 2
+    assert message in error_line(capsys)
+    assert main(["plan", "--config", "tiny-cpu", *overrides]) == 2
+    assert message in error_line(capsys, "plan")
+
+
 # --------------------------------------------------------------------------- rewards
 def odd_reward(completion: str, answer: str):
     """Module level so worker processes can unpickle it."""

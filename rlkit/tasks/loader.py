@@ -125,6 +125,17 @@ def check_sizes(
             )
 
 
+def check_context(max_new_tokens: int, context: int | None, model: str) -> None:
+    """``rollout.max_new_tokens`` leaves room for a prompt in the context of ``model`` (``context``
+    None: unknown, no check); a ValueError names both."""
+    if context and max_new_tokens >= context:
+        raise ValueError(
+            f"rollout.max_new_tokens={max_new_tokens} does not fit the context of "
+            f"model.name_or_path={model} ({context} tokens, max_position_embeddings, the prompt "
+            f"included): set rollout.max_new_tokens below {context}"
+        )
+
+
 def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: int) -> int:
     """Warn, with the count, about prompts that leave fewer than ``max_new_tokens`` positions of
     the model's context (``context`` None: unknown, no check). Returns the count."""
