@@ -469,6 +469,13 @@ class TrainConfig:
                     f"agpo.{name} ({mine!r}) sets the AGPO advantage's {name}; "
                     f"algo.options.{name} ({explicit!r}) conflicts with it: set only agpo.{name}"
                 )
+        if self.rollout.lag and self.rollout.lag >= self.steps:
+            raise ValueError(
+                f"rollout.lag={self.rollout.lag} with steps={self.steps}: no batch would wait its "
+                f"{self.rollout.lag} steps, every batch would be drawn at step 0 by the starting "
+                "policy (offline RL, not the asynchronous RL rollout.lag models); set rollout.lag "
+                "below steps"
+            )
         if self.task.shift and self.task.shift["step"] >= self.steps:
             raise ValueError(
                 f"task.shift.step ({self.task.shift['step']}) must be below steps ({self.steps})"

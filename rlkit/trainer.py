@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.batch import BatchRows, Groups, PolicyPass, StepRecord, TrainBatch
-from rlkit.checkpoint import open_run, save_checkpoint
+from rlkit.checkpoint import TRAINER_STATE, open_run, save_checkpoint
 from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
@@ -406,16 +406,9 @@ class Trainer:
             ) from None
 
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping)."""
-        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
-        self.update.scheduler.load_state_dict(state["scheduler"])
-        self.method.load_state_dict(state)
-        self.sampler.load_state_dict(state["sampler"])
-        counters = state["counters"]
-        self.tokens = {k: counters[k] for k in self.tokens}
-        self.update.guard.skips = counters["nonfinite_skips"]
-        self.update.guard.consecutive = counters["consecutive_skips"]
-        self.step_count = state["step"]
+        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping). A
+        state that breaks its own invariants (offline DPO without its set, a stale queue that
+        is not the one its run holds at that step) is a ValueError naming the file."""
         saved_world = state.get("world_size", 1)
         if saved_world != self.dist.world:
             raise ValueError(
@@ -423,10 +416,22 @@ class Trainer:
                 f"{self.dist.world}: resume with the same number of processes (each rank's "
                 "sampling stream and share of the batch depend on it)"
             )
+        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
+        self.update.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        counters = state["counters"]
+        self.tokens = {k: counters[k] for k in self.tokens}
+        self.update.guard.skips = counters["nonfinite_skips"]
+        self.update.guard.consecutive = counters["consecutive_skips"]
+        self.step_count = state["step"]
         set_rng_state(state["rank_rng"][self.dist.rank] if saved_world > 1 else state["rng"])
         # several processes: each rank's own queue (absent from checkpoints older than it)
         rollouts = state["rank_rollouts"][self.dist.rank] if "rank_rollouts" in state else state
-        self.rollouts.load_state_dict(rollouts, self.device)
+        try:
+            self.method.load_state_dict(state)
+            self.rollouts.load_state_dict(rollouts, self.device, self.step_count)
+        except ValueError as err:
+            raise ValueError(f"{checkpoint / TRAINER_STATE} is inconsistent: {err}") from None
 
     def save(self) -> Path | None:
         """The checkpoint of this step, written by rank 0 (every rank gathers its part)."""

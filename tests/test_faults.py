@@ -59,6 +59,18 @@ def rewrite_manifest(step_dir: Path) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
+def tamper_state(run: Path, change) -> Path:
+    """``change(state)`` on the latest checkpoint's trainer state, saved back with its manifest
+    rehashed (so only the state's own invariants can catch it); returns the checkpoint folder."""
+    step_dir = latest_checkpoint(run)
+    file = step_dir / checkpoint_module.TRAINER_STATE
+    state = torch.load(file, weights_only=True)
+    change(state)
+    torch.save(state, file)
+    rewrite_manifest(step_dir)
+    return step_dir
+
+
 class Payload:
     """Unpickling this runs code: it creates ``marker``."""
 
