@@ -36,7 +36,13 @@ from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_pr
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
-from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.models.loading import (
+    CheckpointFileError,
+    ModelSpec,
+    Policy,
+    load_error_line,
+    load_policy,
+)
 from rlkit.parallel import (
     full_weights_state,
     load_optimizer_state,
@@ -392,17 +398,18 @@ class Trainer:
     def load_policy_state(self, policy_dir: Path) -> None:
         """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
         (``rlkit eval --config`` with another model) is a ValueError naming both models and the
-        first mismatch, not a size-mismatch traceback."""
+        first mismatch, not a size-mismatch traceback. A file that does not load for another
+        reason (unreadable; PPO's value head missing or of another shape) is one naming it."""
         try:
             self.policy.load_trainable_state(policy_dir)
+        except CheckpointFileError:
+            raise
         except (RuntimeError, ValueError, OSError) as err:
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            first = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
             model = self.cfg.model
             raise ValueError(
                 f"{policy_dir} holds weights of another model than model.name_or_path="
-                f"{model.name_or_path} ({model.mode}): {first.rstrip('.')}; the run's {CONFIG} "
-                f"names model {trained_model(self.run_dir)}"
+                f"{model.name_or_path} ({model.mode}): {load_error_line(err)}; the run's "
+                f"{CONFIG} names model {trained_model(self.run_dir)}"
             ) from None
 
     def load_state(self, checkpoint: Path, state: dict) -> None:
