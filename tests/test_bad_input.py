@@ -171,6 +171,25 @@ def test_output_dir_through_a_broken_symlink(capsys, no_model_load, broken_links
         assert f"output_dir {link / 'run'} is under {link}, {what}" in error_line(capsys)
 
 
+def test_model_dataset_or_config_behind_a_broken_symlink(
+    capsys, no_model_load, tiny_model_dir, broken_links
+):
+    """Each said it did not exist, though its path does (as a link that cannot be followed)."""
+    for link, what in broken_links.items():
+        cases = [
+            ("model.name_or_path", link),
+            ("model.name_or_path", link / "model.gguf"),
+            ("task.name", link / "data.jsonl"),
+            ("config", link / "config.yaml"),
+        ]
+        for key, path in cases:
+            args = [f"model.name_or_path={tiny_model_dir}", f"output_dir={link.parent / 'run'}"]
+            args += ["--config", str(path)] if key == "config" else [f"{key}={path}"]
+            assert main(["train", *args]) == 2
+            where = f"is {what}" if path == link else f"is under {link}, {what}"
+            assert f"{key} {path} {where}" in error_line(capsys)
+
+
 def test_a_lock_that_cannot_be_taken_leaves_nothing_to_release(broken_links, monkeypatch):
     import gc
 
