@@ -17,8 +17,7 @@ import errno
 import os
 from pathlib import Path
 
-# what os.stat says of a symlink that cannot be followed: a loop, or a target that is missing
-_LOOP = (errno.ELOOP,)
+# what os.stat says of a symlink whose target is missing
 _MISSING = (errno.ENOENT, errno.ENOTDIR)
 
 
@@ -31,7 +30,7 @@ def _broken_link(path: Path) -> tuple[Path, str] | None:
         try:
             candidate.stat()
         except OSError as err:
-            if err.errno in _LOOP:
+            if err.errno == errno.ELOOP:
                 return candidate, "a symlink loop"
             if err.errno in _MISSING:
                 target = os.readlink(candidate)
@@ -51,25 +50,25 @@ def check_link(key: str, path: str | Path) -> None:
     raise ValueError(f"{key} {path} {where}: fix or remove the link, or choose another {key}")
 
 
-def _check_nearest_folder(key: str, path: Path, start: Path, writable: bool) -> None:
-    """The nearest existing of ``start`` and the folders above it is a folder (and, with
-    ``writable``, one this process may write in): what creating ``path`` needs."""
+def _check_nearest_folder(key: str, path: Path, start: Path) -> None:
+    """The nearest existing of ``start`` and the folders above it is a folder this process may
+    write in: what creating ``path`` needs."""
     existing = next(p for p in (start, *start.parents) if p.exists())
     if not existing.is_dir():
         raise ValueError(f"{key} {path} is under {existing}, which is a file")
-    if writable and not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{key} {path} is not writable ({existing} is read-only)")
 
 
-def check_dir(key: str, path: str | Path, writable: bool = True) -> None:
+def check_dir(key: str, path: str | Path) -> None:
     """``path`` is a directory or can be made one: no broken symlink on the way, not a file, not
-    under a file, and (``writable``) in a folder this process may write. A ValueError names
-    ``key`` and the path."""
+    under a file, and in a folder this process may write. A ValueError names ``key`` and the
+    path."""
     path = Path(path)
     check_link(key, path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{key} {path} is a file, not a directory")
-    _check_nearest_folder(key, path, path, writable)
+    _check_nearest_folder(key, path, path)
 
 
 def check_file(key: str, path: str | Path) -> None:
@@ -79,7 +78,7 @@ def check_file(key: str, path: str | Path) -> None:
     check_link(key, path)
     if path.is_dir():
         raise ValueError(f"{key} {path} is a directory: name a file")
-    _check_nearest_folder(key, path, path.parent, writable=True)
+    _check_nearest_folder(key, path, path.parent)
 
 
 def check_exists(key: str, path: str | Path, folder: bool) -> None:
