@@ -101,14 +101,17 @@ def _plan(args) -> None:
 def _eval(args) -> None:
     from rlkit.checkpoint import latest_checkpoint
     from rlkit.config import expand_path, load_config
+    from rlkit.paths import check_link
     from rlkit.rundir import saved_config
     from rlkit.trainer import Trainer
     from rlkit.update import NonFiniteError
 
     overrides = [*args.overrides, "tensorboard=false"]
     run_dir = Path(expand_path("--checkpoint", args.checkpoint)) if args.checkpoint else None
-    if run_dir is not None and latest_checkpoint(run_dir) is None:
-        raise ValueError(f"no checkpoint in {run_dir}")
+    if run_dir is not None:
+        check_link("--checkpoint", run_dir)
+        if latest_checkpoint(run_dir) is None:
+            raise ValueError(f"no checkpoint in {run_dir}")
     if run_dir is not None and not args.config:
         cfg = saved_config(run_dir, overrides)  # trust_remote_code only from the command line
     else:
@@ -124,10 +127,13 @@ def _eval(args) -> None:
 
 
 def _plot(args) -> None:
+    from rlkit.paths import check_file
     from rlkit.plotting import plot_runs, unique_labels
 
+    labels = unique_labels(args.run_dirs)
     out = args.out or str(Path(args.run_dirs[0]) / "curves.png")
-    print(plot_runs(unique_labels(args.run_dirs), out))
+    check_file("--out" if args.out else "--out (default)", out)
+    print(plot_runs(labels, out))
 
 
 def _demo(args) -> None:
@@ -188,7 +194,9 @@ def _verdicts(args) -> None:
 
 def _build_tiny(args) -> None:
     from rlkit.models.tiny import build_tiny_policy, weights_digest
+    from rlkit.paths import check_dir
 
+    check_dir("--out", args.out)
     path = build_tiny_policy(out_dir=args.out)
     print(f"{path}  weights sha256 {weights_digest(path)}")
 

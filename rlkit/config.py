@@ -26,6 +26,7 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
+from rlkit.paths import check_dir, check_link
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
@@ -468,6 +469,13 @@ class TrainConfig:
                     f"agpo.{name} ({mine!r}) sets the AGPO advantage's {name}; "
                     f"algo.options.{name} ({explicit!r}) conflicts with it: set only agpo.{name}"
                 )
+        if self.rollout.lag and self.rollout.lag >= self.steps:
+            raise ValueError(
+                f"rollout.lag={self.rollout.lag} with steps={self.steps}: no batch would wait its "
+                f"{self.rollout.lag} steps, every batch would be drawn at step 0 by the starting "
+                "policy (offline RL, not the asynchronous RL rollout.lag models); set rollout.lag "
+                "below steps"
+            )
         if self.task.shift and self.task.shift["step"] >= self.steps:
             raise ValueError(
                 f"task.shift.step ({self.task.shift['step']}) must be below steps ({self.steps})"
@@ -580,6 +588,7 @@ def read_yaml(name_or_path: str) -> dict:
         path = PRESET_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise ValueError(f"unknown preset {name_or_path!r}; known: {preset_names()}")
+    check_link("config", path)
     if not path.is_file():
         raise ValueError(f"config file not found: {name_or_path}")
     with open(path, "rb") as f:
@@ -1080,20 +1089,14 @@ def _looks_local(name_or_path: str) -> bool:
 def _check_output_dir(output_dir: str) -> None:
     if not output_dir.strip():
         raise ValueError("output_dir must name a directory, got an empty string")
-    path = Path(output_dir)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"output_dir {output_dir} is a file, not a directory")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"output_dir {output_dir} is under {existing}, which is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"output_dir {output_dir} is not writable ({existing} is read-only)")
+    check_dir("output_dir", output_dir)
 
 
 def _check_dataset(key: str, name: str) -> None:
     from rlkit.tasks.math_datasets import LOCAL_FORMATS, resolve_spec
 
     if Path(name).suffix in LOCAL_FORMATS:
+        check_link(key, name)
         if not Path(name).is_file():
             raise ValueError(f"{key}: dataset file not found: {name}")
     elif name not in ("arithmetic", "word_problems"):
@@ -1105,11 +1108,14 @@ def _check_dataset(key: str, name: str) -> None:
 
 def check_paths(cfg: TrainConfig) -> None:
     """Checks against the filesystem: the output directory can be created and written, a local
-    model or dataset path exists (a GGUF file too), a dataset name is known."""
+    model or dataset path exists (a GGUF file too), a dataset name is known; a path behind a
+    symlink loop or a dangling symlink is named as such."""
     from rlkit.tasks.math_datasets import TEMPLATES
 
     _check_output_dir(cfg.output_dir)
     model = cfg.model.name_or_path
+    if _looks_local(model) or model.endswith(GGUF_SUFFIX):
+        check_link("model.name_or_path", model)
     if model.endswith(GGUF_SUFFIX):  # (a built-in GGUF id is checked when it is loaded)
         gguf_path(model)
     elif model != BUILTIN_MODEL and _looks_local(model) and not Path(model).exists():

@@ -480,9 +480,18 @@ class DPO(Method):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """The offline set and the draws so far; offline, a checkpoint (written after a step)
+        without the set collected at the first step is a ValueError: replaying would collect it
+        again from the current policy."""
         super().load_state_dict(state)
         self.stored = [Groups.from_state(g) for g in state["dpo_groups"]]
         self.position = state["dpo_position"]
+        if self.dpo.mode == "offline" and not (self.stored and self.position >= state["step"]):
+            raise ValueError(
+                "dpo.mode=offline collects its set at the first step and keeps it, but this "
+                f"checkpoint of step {state['step']} holds {len(self.stored)} collected batches "
+                f"after {self.position} draws"
+            )
 
 
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:

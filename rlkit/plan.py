@@ -57,6 +57,7 @@ from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
 from rlkit.models.gguf import gguf_path, is_gguf
+from rlkit.tasks.loader import check_context
 
 SHIPPED_CONFIGS = Path(__file__).parent / "models" / "configs"
 SHIPPED = {
@@ -476,6 +477,8 @@ def build_plan(
     :func:`resolve_batch_sizes`)."""
     cfg, _ = resolve_batch_sizes(cfg, None, prompt_tokens, world=world)
     config = model_config(cfg.model.name_or_path)
+    context = getattr(config, "max_position_embeddings", None)
+    check_context(cfg.rollout.max_new_tokens, context, cfg.model.name_or_path)
     shape = model_shape(config, cfg.model.lora_r, cfg.model.target_modules)
     return MemoryPlan(per_rank(cfg, world), shape, prompt_tokens, world)
 

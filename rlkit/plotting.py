@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from rlkit.figure_style import FIGURE_DPI, STYLE  # noqa: E402
 from rlkit.metrics import read_metrics  # noqa: E402
+from rlkit.paths import check_link  # noqa: E402
 
 STANDARD_CURVES = {
     "reward": "train reward",
@@ -82,8 +83,11 @@ def plot_runs(
 def unique_labels(run_dirs: Sequence[Path | str]) -> dict[str, Path]:
     """{label: run directory}, each run labelled by the shortest end of its path that no other
     run's path ends with: every sweep's runs end in ``…/G4/seed0``, so ``seed0`` alone would
-    draw several runs as one. A directory given twice is a ValueError."""
+    draw several runs as one. A directory given twice, or behind a broken symlink, is a
+    ValueError."""
     paths = [Path(d) for d in run_dirs]
+    for path in paths:
+        check_link("run directory", path)
     seen = {}
     for given, path in zip(run_dirs, paths):
         if path.resolve() in seen:

@@ -36,19 +36,25 @@ from rlkit.sweep import ManipulationCheck
 DEVIATIONS = "deviations.yaml"
 FLAGS = ("confirmation of a known result", "check amended during the runs")
 AMENDED = "spec amended during the runs"  # the flag preregistration() data gives by itself
+RERUN = "rerun rlkit report on its sweep"
 
 
 def committed(results: str | Path) -> list[tuple[str, dict, dict]]:
     """(sweep, judged claim, summary) of every ``results/*/summary.json`` with claims: sweeps by
-    folder name, claims in their spec's order. A summary that is not valid JSON is a ValueError
-    naming it."""
+    folder name, claims in their spec's order. A summary that is not valid JSON, not an object,
+    or whose claims are not a list of objects is a ValueError naming it."""
     out = []
     for path in sorted(Path(results).glob("*/summary.json")):
         try:
             summary = json.loads(path.read_text())
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON ({err}): rerun rlkit report") from None
-        out += [(path.parent.name, claim, summary) for claim in summary.get("claims") or []]
+            raise ValueError(f"{path} is not valid JSON ({err}): {RERUN}") from None
+        if not isinstance(summary, dict):
+            raise ValueError(f"{path} must hold a JSON object, got a {type(summary).__name__}")
+        claims = summary.get("claims") or []
+        if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+            raise ValueError(f"{path} claims must be a list of objects: {RERUN}")
+        out += [(path.parent.name, claim, summary) for claim in claims]
     return out
 
 

@@ -61,6 +61,7 @@ from rlkit.intervals import (
     t_p_greater,
 )
 from rlkit.metrics import read_metrics
+from rlkit.paths import check_link
 from rlkit.rundir import saved_config, write_atomically
 from rlkit.sweep import (
     HALF_BASELINE_GAIN,
@@ -731,6 +732,7 @@ def write_report(
         "value": pooled_mdd([r["_diff"] for r in compared], seeds),
     }
     out = Path(results) / manifest["name"]  # a plain folder name (check_manifest)
+    check_link("--results", out)
     if not out.resolve().is_relative_to(Path(results).resolve()):
         raise ValueError(f"{out} is a link out of --results {results} (to {out.resolve()})")
     report = ["rlkit", "report", str(sweep_dir)]

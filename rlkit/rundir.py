@@ -91,8 +91,9 @@ class DirLock:
         self._file.flush()
 
     def release(self) -> None:
-        if not self._file.closed:
-            self._file.close()  # closing the file drops the flock
+        file = getattr(self, "_file", None)  # None: __init__ failed before opening it
+        if file is not None and not file.closed:
+            file.close()  # closing the file drops the flock
 
     def __enter__(self):
         return self

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.batch import BatchRows, Groups, PolicyPass, StepRecord, TrainBatch
-from rlkit.checkpoint import open_run, save_checkpoint
+from rlkit.checkpoint import TRAINER_STATE, open_run, save_checkpoint
 from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
@@ -36,7 +36,13 @@ from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_pr
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger
-from rlkit.models.loading import ModelSpec, Policy, load_policy
+from rlkit.models.loading import (
+    CheckpointFileError,
+    ModelSpec,
+    Policy,
+    load_error_line,
+    load_policy,
+)
 from rlkit.parallel import (
     full_weights_state,
     load_optimizer_state,
@@ -54,6 +60,7 @@ from rlkit.stale import RolloutQueue
 from rlkit.step_metrics import step_metrics
 from rlkit.tasks.chat import chat_problems
 from rlkit.tasks.loader import (
+    check_context,
     check_sizes,
     load_problems,
     shifted_train_problems,
@@ -147,10 +154,12 @@ class Trainer:
             self.train_problems = chat_problems(self.train_problems, self.policy.tokenizer)
             self.eval_problems = chat_problems(self.eval_problems, self.policy.tokenizer)
         self.passes.warn_inactive_clips()
+        context = getattr(self.policy.model.config, "max_position_embeddings", None)
+        check_context(cfg.rollout.max_new_tokens, context, cfg.model.name_or_path)
         warn_long_prompts(
             self.train_problems + self.eval_problems,
             self.policy.tokenizer,
-            getattr(self.policy.model.config, "max_position_embeddings", None),
+            context,
             cfg.rollout.max_new_tokens,
         )
         # auto batch sizes from the device's memory, for this process's share of the rows
@@ -389,30 +398,24 @@ class Trainer:
     def load_policy_state(self, policy_dir: Path) -> None:
         """The checkpoint's weights (or adapter) into the policy; a checkpoint of another model
         (``rlkit eval --config`` with another model) is a ValueError naming both models and the
-        first mismatch, not a size-mismatch traceback."""
+        first mismatch, not a size-mismatch traceback. A file that does not load for another
+        reason (unreadable; PPO's value head missing or of another shape) is one naming it."""
         try:
             self.policy.load_trainable_state(policy_dir)
+        except CheckpointFileError:
+            raise
         except (RuntimeError, ValueError, OSError) as err:
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            first = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
             model = self.cfg.model
             raise ValueError(
                 f"{policy_dir} holds weights of another model than model.name_or_path="
-                f"{model.name_or_path} ({model.mode}): {first.rstrip('.')}; the run's {CONFIG} "
-                f"names model {trained_model(self.run_dir)}"
+                f"{model.name_or_path} ({model.mode}): {load_error_line(err)}; the run's "
+                f"{CONFIG} names model {trained_model(self.run_dir)}"
             ) from None
 
     def load_state(self, checkpoint: Path, state: dict) -> None:
-        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping)."""
-        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
-        self.update.scheduler.load_state_dict(state["scheduler"])
-        self.method.load_state_dict(state)
-        self.sampler.load_state_dict(state["sampler"])
-        counters = state["counters"]
-        self.tokens = {k: counters[k] for k in self.tokens}
-        self.update.guard.skips = counters["nonfinite_skips"]
-        self.update.guard.consecutive = counters["consecutive_skips"]
-        self.step_count = state["step"]
+        """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping). A
+        state that breaks its own invariants (offline DPO without its set, a stale queue that
+        is not the one its run holds at that step) is a ValueError naming the file."""
         saved_world = state.get("world_size", 1)
         if saved_world != self.dist.world:
             raise ValueError(
@@ -420,10 +423,22 @@ class Trainer:
                 f"{self.dist.world}: resume with the same number of processes (each rank's "
                 "sampling stream and share of the batch depend on it)"
             )
+        load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
+        self.update.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        counters = state["counters"]
+        self.tokens = {k: counters[k] for k in self.tokens}
+        self.update.guard.skips = counters["nonfinite_skips"]
+        self.update.guard.consecutive = counters["consecutive_skips"]
+        self.step_count = state["step"]
         set_rng_state(state["rank_rng"][self.dist.rank] if saved_world > 1 else state["rng"])
         # several processes: each rank's own queue (absent from checkpoints older than it)
         rollouts = state["rank_rollouts"][self.dist.rank] if "rank_rollouts" in state else state
-        self.rollouts.load_state_dict(rollouts, self.device)
+        try:
+            self.method.load_state_dict(state)
+            self.rollouts.load_state_dict(rollouts, self.device, self.step_count)
+        except ValueError as err:
+            raise ValueError(f"{checkpoint / TRAINER_STATE} is inconsistent: {err}") from None
 
     def save(self) -> Path | None:
         """The checkpoint of this step, written by rank 0 (every rank gathers its part)."""

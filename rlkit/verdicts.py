@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlkit import reanalysis
+from rlkit.paths import check_exists
 from rlkit.report import claim_cells
 from rlkit.rundir import write_atomically
 
@@ -34,13 +35,65 @@ HEADER = (
 )
 ACTED = {True: "yes", False: "no", None: "no check"}
 YES = {True: "yes", False: "no", None: "—"}
+# the fields of a judged claim (rlkit.report.judge_claims) the table reads (claim_cells' among them)
+CLAIM_FIELDS = (
+    "name",
+    "test",
+    "direction",
+    "arm",
+    "vs",
+    "metric",
+    "group_size",
+    "seeds",
+    "difference",
+    "margin",
+    "margin_rule",
+    "p_exact",
+    "p_method",
+    "mdd",
+    "planned_mdd",
+    "planned_from",
+    "manipulation_acted",
+    "verdict",
+    "ci90",  # the re-reading's (rlkit.reanalysis)
+)
+SUPERIORITY_FIELDS = (
+    "p_exact_other",
+    "p_holm_other",
+)  # the re-reading reads, of superiority claims
+RERUN = reanalysis.RERUN
+
+
+def committed_claims(results: str | Path) -> list[tuple[str, dict, dict]]:
+    """(sweep, judged claim, summary) of every ``results/*/summary.json`` with claims
+    (:func:`rlkit.reanalysis.committed`). ``results`` must be a folder; a summary that is not
+    valid JSON or not of a summary's shape, or a claim without one of :data:`CLAIM_FIELDS` (and
+    of :data:`SUPERIORITY_FIELDS` for a superiority claim), is a ValueError naming it."""
+    check_exists("--results", results, folder=True)
+    claims = reanalysis.committed(results)
+    for sweep, claim, _ in claims:
+        fields = CLAIM_FIELDS + (SUPERIORITY_FIELDS if claim.get("test") == "superiority" else ())
+        missing = [field for field in fields if field not in claim]
+        if missing:
+            path = Path(results) / sweep / "summary.json"
+            number = claim_number(claims, sweep, claim)
+            name = f" ({claim['name']!r})" if "name" in claim else ""
+            raise ValueError(
+                f"{path}: claim {number}{name} lacks the field {missing[0]!r}: {RERUN}"
+            )
+    return claims
+
+
+def claim_number(claims: list[tuple[str, dict, dict]], sweep: str, claim: dict) -> int:
+    """``claim``'s place (from 1) among its sweep's claims."""
+    return [c for s, c, _ in claims if s == sweep].index(claim) + 1
 
 
 def render(results: str | Path) -> list[str]:
     """The generated block's lines (without the markers): one table row per claim, then the
     project-wide Holm result, the registration flags' evidence and where each planned MDD came
-    from."""
-    claims = reanalysis.committed(results)
+    from. A claim field of the wrong type is a ValueError naming the summary and the claim."""
+    claims = committed_claims(results)
     if not claims:
         return [f"No summary in {Path(results).name}/ holds pre-registered claims yet."]
     flags = reanalysis.registration_flags(results, claims)
@@ -48,7 +101,13 @@ def render(results: str | Path) -> list[str]:
     lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
     planned = {}
     for sweep, c, summary in claims:
-        lines.append(_row(sweep, c, summary, flags, project))
+        try:
+            lines.append(_row(sweep, c, summary, flags, project))
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(
+                f"{Path(results) / sweep / 'summary.json'}: claim {c['name']!r} has a malformed "
+                f"field ({err}): {RERUN}"
+            ) from None
         if c["planned_from"]:
             planned.setdefault(sweep, {})[c["planned_from"]] = None
     survivors = reanalysis.surviving(project)
@@ -89,6 +148,12 @@ def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
     )
 
 
+def _read_readme(readme: Path) -> str:
+    """The README's text; a ValueError names ``--readme`` when it is not a file to read."""
+    check_exists("--readme", readme, folder=False)
+    return readme.read_text()
+
+
 def _block(lines: list[str], readme: Path) -> tuple[int, int]:
     """Indices of the begin and end marker lines in the README's ``lines``; a ValueError naming
     the README when a marker is missing, repeated or out of order."""
@@ -110,7 +175,7 @@ def stale_line(readme: str | Path, results: str | Path) -> str | None:
     """None when the README's block is a fresh render of ``results``; else which line differs
     first: its number in the README, what it reads and what the render gives."""
     readme = Path(readme)
-    lines = readme.read_text().splitlines()
+    lines = _read_readme(readme).splitlines()
     begin, end = _block(lines, readme)
     have, want = lines[begin + 1 : end], render(results)
     for i in range(max(len(have), len(want))):
@@ -128,7 +193,7 @@ def stale_line(readme: str | Path, results: str | Path) -> str | None:
 def write(readme: str | Path, results: str | Path) -> bool:
     """Replace the README's block by a fresh render; True when that changed the file."""
     readme = Path(readme)
-    text = readme.read_text()
+    text = _read_readme(readme)
     lines = text.splitlines(keepends=True)
     begin, end = _block(lines, readme)
     new = "".join(lines[: begin + 1] + [line + "\n" for line in render(results)] + lines[end:])

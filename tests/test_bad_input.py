@@ -35,12 +35,12 @@ def write_jsonl(path, rows):
     return path
 
 
-def error_line(capsys) -> str:
+def error_line(capsys, command: str = "train") -> str:
     """The CLI's error: one line (progress bars of a dataset build aside), no traceback."""
     err = capsys.readouterr().err
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("rlkit train: error: "), line
+    assert line.startswith(f"rlkit {command}: error: "), line
     return line
 
 
@@ -149,6 +149,114 @@ def test_validating_a_config_does_not_import_the_model_stack():
     assert out.stdout.strip() == "[]"
 
 
+# ----------------------------------------------------------------------------- paths
+@pytest.fixture
+def broken_links(tmp_path) -> dict:
+    """A symlink loop and a dangling symlink in ``tmp_path``, each with what the checks call it
+    (``Path.exists()`` is False for both)."""
+    loop, dangling = tmp_path / "loop", tmp_path / "dangling"
+    loop.symlink_to("loop")
+    dangling.symlink_to(tmp_path / "nowhere")
+    return {
+        loop: "a symlink loop",
+        dangling: f"a dangling symlink (to {tmp_path / 'nowhere'}, which does not exist)",
+    }
+
+
+def test_output_dir_through_a_broken_symlink(capsys, no_model_load, broken_links):
+    for link, what in broken_links.items():
+        assert main(["train", f"output_dir={link}"]) == 2
+        assert f"output_dir {link} is {what}: fix or remove the link" in error_line(capsys)
+        assert main(["train", f"output_dir={link / 'run'}"]) == 2
+        assert f"output_dir {link / 'run'} is under {link}, {what}" in error_line(capsys)
+
+
+def test_model_dataset_or_config_behind_a_broken_symlink(
+    capsys, no_model_load, tiny_model_dir, broken_links
+):
+    """Each said it did not exist, though its path does (as a link that cannot be followed)."""
+    for link, what in broken_links.items():
+        cases = [
+            ("model.name_or_path", link),
+            ("model.name_or_path", link / "model.gguf"),
+            ("task.name", link / "data.jsonl"),
+            ("config", link / "config.yaml"),
+        ]
+        for key, path in cases:
+            args = [f"model.name_or_path={tiny_model_dir}", f"output_dir={link.parent / 'run'}"]
+            args += ["--config", str(path)] if key == "config" else [f"{key}={path}"]
+            assert main(["train", *args]) == 2
+            where = f"is {what}" if path == link else f"is under {link}, {what}"
+            assert f"{key} {path} {where}" in error_line(capsys)
+
+
+def test_a_lock_that_cannot_be_taken_leaves_nothing_to_release(broken_links, monkeypatch):
+    import gc
+
+    from rlkit.rundir import RunLock
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    for link in broken_links:
+        with pytest.raises(OSError):
+            RunLock(link)
+    gc.collect()
+    assert [str(u.exc_value) for u in unraisable] == []
+
+
+def test_rlkit_cache_that_cannot_be_a_directory(
+    tmp_path, capsys, no_model_load, tiny_model_dir, monkeypatch, broken_links
+):
+    file = tmp_path / "file"
+    file.write_text("x")
+    cases = {file: f"RLKIT_CACHE {file} is a file, not a directory"}
+    cases[file / "cache"] = f"RLKIT_CACHE {file / 'cache'} is under {file}, which is a file"
+    for link, what in broken_links.items():
+        cases[link] = f"RLKIT_CACHE {link} is {what}"
+        cases[link / "cache"] = f"RLKIT_CACHE {link / 'cache'} is under {link}, {what}"
+    rows = [{"question": f"{i}+1?", "answer": i + 1} for i in range(4)]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    for cache, message in cases.items():
+        monkeypatch.setenv("RLKIT_CACHE", str(cache))
+        assert main(dataset_args(tmp_path, tiny_model_dir, data, "rollout.num_prompts=1")) == 2
+        assert message in error_line(capsys)
+
+
+def test_an_empty_rlkit_cache_means_unset(monkeypatch, tmp_path):
+    from rlkit.cache import default_cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RLKIT_CACHE", "")
+    assert default_cache_dir() == tmp_path / ".cache" / "rlkit"  # not the current directory
+
+
+def test_plot_refuses_a_broken_run_directory_or_out(tmp_path, capsys, broken_links):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [{"step": 1, "reward": 0.5}])
+    for link, what in broken_links.items():
+        assert main(["plot", str(link)]) == 2
+        assert f"run directory {link} is {what}" in error_line(capsys, "plot")
+        assert main(["plot", str(run), "--out", str(link / "curves.png")]) == 2
+        message = f"--out {link / 'curves.png'} is under {link}, {what}"
+        assert message in error_line(capsys, "plot")
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main(["plot", str(run), "--out", str(file / "curves.png")]) == 2
+    message = f"--out {file / 'curves.png'} is under {file}, which is a file"
+    assert message in error_line(capsys, "plot")
+    assert main(["plot", str(run), "--out", str(run)]) == 2
+    assert f"--out {run} is a directory: name a file" in error_line(capsys, "plot")
+
+
+def test_eval_and_build_tiny_refuse_a_broken_symlink(capsys, broken_links):
+    for link, what in broken_links.items():
+        assert main(["eval", "--checkpoint", str(link)]) == 2
+        assert f"--checkpoint {link} is {what}" in error_line(capsys, "eval")
+        assert main(["build-tiny", "--out", str(link / "tiny")]) == 2
+        assert f"--out {link / 'tiny'} is under {link}, {what}" in error_line(capsys, "build-tiny")
+
+
 # ------------------------------------------------------------------------------ data
 def dataset_args(tmp_path, tiny_model_dir, path, *extra):
     return [
@@ -195,6 +303,41 @@ def test_dataset_too_small_to_split(tmp_path, capsys, no_model_load, tiny_model_
     assert "3 problems are too few to hold out task.num_eval=3" in error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["task.arithmetic={train_size: 0}"],
+            "the training split of task.name=arithmetic is empty with "
+            "task.arithmetic.train_size=0: training needs problems",
+        ),
+        (
+            ["task.name=word_problems", "task.word_problems={train_size: 0, seed: 3}"],
+            "the training split of task.name=word_problems is empty with "
+            "task.word_problems.train_size=0, task.word_problems.seed=3: training needs problems",
+        ),
+        (
+            ["steps=3", "task.shift={step: 2, arithmetic: {train_size: 0}}"],
+            "the training split of task.shift.arithmetic is empty with "
+            "task.shift.arithmetic.train_size=0: training needs problems",
+        ),
+        (
+            ["task.name=word_problems", "task.word_problems={eval_size: 0}"],
+            "the eval split of task.name=word_problems is empty with "
+            "task.word_problems.eval_size=0: evaluation needs problems",
+        ),
+    ],
+    ids=["arithmetic", "word-problems", "shift", "eval"],
+)
+def test_an_empty_split_names_the_setting_that_emptied_it(
+    tmp_path, capsys, no_model_load, tiny_model_dir, overrides, message
+):
+    args = [f"model.name_or_path={tiny_model_dir}", f"output_dir={tmp_path / 'run'}"]
+    assert main(["train", *args, "eval.num_problems=8", *overrides]) == 2
+    line = error_line(capsys)
+    assert message in line and "num_prompts=0" not in line
+
+
 def test_rows_without_an_answer_are_skipped_and_counted(tmp_path):
     rows = [
         {"question": "1+1?", "answer": "2"},
@@ -236,6 +379,23 @@ def test_prompts_longer_than_the_context_are_counted(tmp_path, tiny_model_dir):
     cfg = make_config(tmp_path / "run", tiny_model_dir, f"task.name={path}", "task.num_eval=2")
     with pytest.warns(UserWarning, match="1 of 10 prompts are longer than 124 tokens"):
         Trainer(cfg).close()
+
+
+@pytest.mark.parametrize("tokens", [128, 10**20])
+def test_max_new_tokens_beyond_the_models_context(tmp_path, capsys, tiny_model_dir, tokens):
+    """The tiny Llama's context is 128 tokens: 128 new tokens leave no room for a prompt."""
+    from test_trainer import tiny_overrides
+
+    overrides = tiny_overrides(tmp_path / "run", tiny_model_dir, f"rollout.max_new_tokens={tokens}")
+    message = (
+        f"rollout.max_new_tokens={tokens} does not fit the context of "
+        f"model.name_or_path={tiny_model_dir} (128 tokens, max_position_embeddings, the prompt "
+        "included): set rollout.max_new_tokens below 128"
+    )
+    assert main(["train", *overrides]) == 2
+    assert message in error_line(capsys)
+    assert main(["plan", "--config", "tiny-cpu", *overrides]) == 2
+    assert message in error_line(capsys, "plan")
 
 
 # --------------------------------------------------------------------------- rewards

@@ -258,6 +258,25 @@ def test_dpo_resume_continues_the_identical_run(tmp_path, mode):
     assert without_timings(read_metrics(tmp_path / "resumed")) == expected
 
 
+def test_offline_dpo_checkpoint_without_its_collected_set_is_refused(tmp_path):
+    """An offline set emptied in the checkpoint (manifest rehashed) would be collected again
+    from the current policy and logged as replayed: refused on load."""
+    from test_faults import tamper_state
+
+    from rlkit.trainer import Trainer
+
+    Trainer(dpo_config(tmp_path, "unused", TINY, "dpo.mode=offline", "steps=2")).train()
+    step_dir = tamper_state(tmp_path, lambda state: state["dpo_groups"].clear())
+    resumed = dpo_config(tmp_path, "unused", TINY, "dpo.mode=offline", "steps=3")
+    with pytest.raises(ValueError) as err:
+        Trainer(resumed, resume=True)
+    assert str(err.value) == (
+        f"{step_dir / 'trainer_state.pt'} is inconsistent: dpo.mode=offline collects its set at "
+        "the first step and keeps it, but this checkpoint of step 2 holds 0 collected batches "
+        "after 2 draws"
+    )
+
+
 def test_dpo_runs_no_old_pass_unless_entropy_is_logged(tmp_path, tiny_model_dir):
     """DPO's loss reads π_ref, not π_old: with two epochs π_old's pass runs only for the
     logged entropy."""

@@ -59,6 +59,18 @@ def rewrite_manifest(step_dir: Path) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
+def tamper_state(run: Path, change) -> Path:
+    """``change(state)`` on the latest checkpoint's trainer state, saved back with its manifest
+    rehashed (so only the state's own invariants can catch it); returns the checkpoint folder."""
+    step_dir = latest_checkpoint(run)
+    file = step_dir / checkpoint_module.TRAINER_STATE
+    state = torch.load(file, weights_only=True)
+    change(state)
+    torch.save(state, file)
+    rewrite_manifest(step_dir)
+    return step_dir
+
+
 class Payload:
     """Unpickling this runs code: it creates ``marker``."""
 
@@ -359,6 +371,65 @@ def test_eval_of_a_checkpoint_in_another_mode_names_both(run, capsys):
     error = last_error_line(capsys)
     assert "holds weights of another model than model.name_or_path=" in error
     assert "(lora): No such file or directory" in error and error.endswith("(full)")
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A finished 1-step PPO run: its checkpoint holds the value head (copy it to change it)."""
+    run = tmp_path_factory.mktemp("ppo") / "run"
+    Trainer(make_config(run, tiny_model_dir, "algo.estimator=ppo", "steps=1")).train()
+    return run
+
+
+def test_eval_of_a_checkpoint_without_a_value_head_names_it(run, capsys):
+    assert main(["eval", "--checkpoint", str(run), "algo.estimator=ppo", "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    head = run / "checkpoints" / "step_000002" / "policy" / "value_head.safetensors"
+    assert error.startswith(f"rlkit eval: error: PPO's value head {head} is missing"), error
+    assert "holds weights of another model" not in error
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"weight": torch.zeros(1, 7), "bias": torch.zeros(1)},
+            "PPO's value head {head} does not fit the policy's: size mismatch for weight: copying "
+            "a param with shape torch.Size([1, 7]) from checkpoint, the shape in current model is "
+            "torch.Size([1, 32]) (a damaged checkpoint, or one of another model)",
+        ),
+        (b"garbage", "{head} is not a readable safetensors file (Error while deserializing header"),
+    ],
+    ids=["other-shape", "garbled"],
+)
+def test_a_value_head_that_passes_the_manifest_but_does_not_load_is_named(
+    ppo_run, tmp_path, capsys, content, message
+):
+    from safetensors.torch import save_file
+
+    run = tmp_path / "run"
+    shutil.copytree(ppo_run, run)
+    step_dir = latest_checkpoint(run)
+    head = step_dir / "policy" / "value_head.safetensors"
+    if isinstance(content, dict):
+        save_file(content, head)
+    else:
+        head.write_bytes(content)
+    rewrite_manifest(step_dir)
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert error.startswith(f"rlkit eval: error: {message.format(head=head)}"), error
+    assert "holds weights of another model" not in error
+
+
+def test_garbled_weights_that_pass_the_manifest_are_named(run, capsys):
+    step_dir = run / "checkpoints" / "step_000002"
+    weights = step_dir / "policy" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    rewrite_manifest(step_dir)
+    assert main(["eval", "--checkpoint", str(run), "eval.k=1"]) == 2
+    error = last_error_line(capsys)
+    assert error.startswith(f"rlkit eval: error: {weights} is not a readable safetensors file")
 
 
 def test_eval_of_a_broken_policy_is_one_line(run, monkeypatch, capsys):

@@ -412,6 +412,14 @@ def test_results_that_is_a_file_is_a_clear_error(tmp_path, sweep_dir, capsys):
     assert code == 2 and f"cannot write the report into {tmp_path / 'results' / 'synthetic'}" in err
 
 
+def test_results_behind_a_symlink_loop_is_a_clear_error(tmp_path, sweep_dir, capsys):
+    results = tmp_path / "results"
+    results.symlink_to("results")
+    code, _, err = report(sweep_dir, results, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"--results {results / 'synthetic'} is under {results}, a symlink loop" in err
+
+
 def test_shift_without_an_evaluation_before_it_names_the_arm(tmp_path):
     out, runs = tmp_path / "sweep", []
     shift = ["task.shift={step: 2, arithmetic: {topics: [add]}}"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import time
 from pathlib import Path
 
@@ -84,6 +85,75 @@ def test_a_gguf_path_without_the_reader_names_the_extra(monkeypatch, tmp_path):
 def test_a_missing_gguf_file_is_named(tmp_path, name):
     with pytest.raises(ValueError, match=f"model.name_or_path {name}: GGUF file not found"):
         load_config(None, [f"model.name_or_path={name}", f"output_dir={tmp_path}"])
+
+
+def write_gguf(path: Path) -> Path:
+    """A small GGUF file: two 64 x 32 float32 tensors (16.6 kB)."""
+    import gguf as gguf_format
+    import numpy as np
+
+    writer = gguf_format.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    for name in ("token_embd.weight", "output.weight"):
+        writer.add_tensor(name, np.ones((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("keep", [0, 4, 200, -5000, -1], ids=lambda n: f"keep{n}")
+def test_a_truncated_gguf_file_is_named_with_the_cause(tmp_path, keep):
+    path = write_gguf(tmp_path / "model.gguf")
+    data = path.read_bytes()
+    path.write_bytes(data[:keep])
+    size = len(data[:keep])
+    with pytest.raises(ValueError) as err:
+        resolve_checkpoint(str(path), tmp_path / "cache")
+    assert str(err.value).startswith(
+        f"model.name_or_path={path}: {path} ({size} bytes) is not a readable GGUF file: "
+        "truncated or damaged ("
+    )
+    assert str(err.value).endswith("); download it again")
+
+
+def fake_conversion(calls: list):
+    """A stand-in for gguf._convert (seconds saved): two files, and each call recorded."""
+
+    def convert(source: Path, out: Path) -> None:
+        calls.append(source)
+        (out / "model.safetensors").write_bytes(b"weights" * 100)
+        (out / "tokenizer.json").write_text("{}")
+
+    return convert
+
+
+def test_a_damaged_conversion_is_named_and_converted_again(tmp_path, monkeypatch):
+    source, calls = write_gguf(tmp_path / "model.gguf"), []
+    monkeypatch.setattr(gguf, "_convert", fake_conversion(calls))
+    path = Path(resolve_checkpoint(str(source), tmp_path / "cache"))
+    assert resolve_checkpoint(str(source), tmp_path / "cache") == str(path)
+    assert len(calls) == 1  # intact: reused
+    weights, info = path / "model.safetensors", path / CONVERSION_INFO
+    damages = {
+        "model.safetensors differs from its SHA-256 in gguf_conversion.json": lambda: (
+            weights.write_bytes(b"weights")  # cut short
+        ),
+        "tokenizer.json is missing": lambda: (path / "tokenizer.json").unlink(),
+        "gguf_conversion.json records no SHA-256 of its files": lambda: info.write_text(
+            json.dumps({k: v for k, v in json.loads(info.read_text()).items() if k != "files"})
+        ),
+        "gguf_conversion.json is unreadable": lambda: info.write_text("{"),
+    }
+    for damage, make in damages.items():
+        make()
+        message = f"the cached GGUF conversion {path} is damaged: {damage}"
+        with pytest.warns(UserWarning, match=re.escape(message)) as caught:
+            assert resolve_checkpoint(str(source), tmp_path / "cache") == str(path)
+        assert str(caught[0].message).endswith(f"; converting {source} again")
+        assert weights.read_bytes() == b"weights" * 100
+    assert len(calls) == 1 + len(damages)
 
 
 def test_the_builtin_id_resolves_to_its_cached_conversion(smollm2_cache, monkeypatch):

@@ -9,6 +9,8 @@ import warnings
 
 import pytest
 import torch
+from test_faults import tamper_state
+from test_trainer import CrashAfter
 
 from rlkit.batch import CollectStats
 from rlkit.config import load_config
@@ -128,3 +130,53 @@ def test_resume_with_batches_in_the_queue_continues_the_identical_run(tmp_path, 
 def test_a_negative_lag_names_the_key(tmp_path):
     with pytest.raises(ValueError, match=r"rollout.lag must be >= 0, got -1"):
         config(tmp_path, "rollout.lag=-1")
+
+
+def test_a_lag_the_run_never_reaches_is_refused(tmp_path):
+    """lag >= steps: every batch would be drawn at step 0 by the starting policy (offline RL
+    under an on-policy name)."""
+    assert config(tmp_path, "rollout.lag=3", "steps=4").rollout.lag == 3
+    for lag in (4, 9):
+        with pytest.raises(ValueError, match=f"rollout.lag={lag} with steps=4: no batch"):
+            config(tmp_path, f"rollout.lag={lag}", "steps=4")
+
+
+def interrupted_lag_run(run_dir):
+    """A rollout.lag=2 run of 5 steps killed in step 3: its step-2 checkpoint holds the batches
+    trained at steps 3 and 4, drawn at steps 0 and 1."""
+    cfg = config(run_dir, "rollout.lag=2", "steps=5", "checkpoint_every=2", "optim.lr=3e-5")
+    with pytest.raises(KeyboardInterrupt):
+        CrashAfter(cfg).train()
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda q: q.append(q[-1]), "holds 3 batches drawn ahead; at step 2 of steps=5 with "),
+        (lambda q: q.pop(), "holds 1 batches drawn ahead; at step 2 of steps=5 with "),
+        (lambda q: q.reverse(), "batch 1 of its queue was drawn at step 1; at step 2 with "),
+    ],
+    ids=["one-more", "one-less", "reordered"],
+)
+def test_a_tampered_queue_is_refused_on_load(tmp_path, change, message):
+    cfg = interrupted_lag_run(tmp_path)
+    step_dir = tamper_state(tmp_path, lambda state: change(state["rollout_queue"]))
+    with pytest.raises(ValueError, match=message) as err:
+        Trainer(cfg, resume=True)
+    assert str(err.value).startswith(f"{step_dir / 'trainer_state.pt'} is inconsistent: ")
+
+
+def test_a_lag_run_resumed_with_more_steps_says_its_queue_restarts(tmp_path):
+    cfg = interrupted_lag_run(tmp_path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*queue refills")
+        Trainer(cfg, resume=True).train()  # the run's own length: resumes as it was
+    longer = config(tmp_path, "rollout.lag=2", "steps=7", "checkpoint_every=2", "optim.lr=3e-5")
+    with pytest.warns(UserWarning, match="was saved with steps=5") as caught:
+        trainer = Trainer(longer, resume=True)
+    assert "rollout.lag=2's queue refills at step 5 as at a run's start" in str(caught[0].message)
+    trainer.train()
+    # the batches of steps 6 and 7 were drawn at step 5, not 2 steps before each as in a run
+    # started with steps=7
+    assert [r["rollout/staleness"] for r in read_metrics(tmp_path)][4:] == [2, 0, 1]

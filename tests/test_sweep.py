@@ -77,7 +77,8 @@ def write_spec(tmp_path, model_dir, **changes):
         ({"baseline": 1}, "baseline 1 is not an arm"),
         (
             {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={train_size: 0}"]}},
-            "arm EBPO: rollout.num_prompts=.* is more than the 0 training problems",
+            "arm EBPO: the training split of task.name=arithmetic is empty with "
+            "task.arithmetic.train_size=0",
         ),
         (
             {"arms": {"GRPO": [], "EBPO": ["task.arithmetic={eval_size: 0}"]}},

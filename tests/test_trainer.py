@@ -611,7 +611,8 @@ def test_a_smaller_evaluation_samples_every_cell_not_a_prefix(tmp_path, tiny_mod
         ),
         (
             ["task.arithmetic={eval_size: 0}"],
-            "the eval split of task.name=arithmetic is empty: evaluation needs problems",
+            "the eval split of task.name=arithmetic is empty with task.arithmetic.eval_size=0: "
+            "evaluation needs problems",
         ),
     ],
     ids=["num_prompts", "shift", "num_problems", "empty-eval"],

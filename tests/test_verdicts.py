@@ -314,6 +314,91 @@ def test_markers_missing_or_repeated_are_named(tiny):
         verdicts.write(readme, results)
 
 
+def verdicts_error(capsys, readme: Path, results: Path, *args: str) -> str:
+    """The one line ``rlkit verdicts`` (and with ``--check``) answers, the same for both."""
+    lines = []
+    for check in ([], ["--check"]):
+        assert main(["verdicts", *check, "--readme", str(readme), "--results", str(results)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        lines.append(err.strip())
+    assert lines[0] == lines[1]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda claim: claim.pop("margin"), "claim 2 ('B no worse') lacks the field 'margin'"),
+        (lambda claim: claim.pop("name"), "claim 2 lacks the field 'name'"),
+        (lambda claim: claim.pop("verdict"), "claim 2 ('B no worse') lacks the field 'verdict'"),
+        (
+            lambda claim: claim.update(margin="1%"),
+            "claim 'B no worse' has a malformed field (Unknown format code 'f'",
+        ),
+    ],
+    ids=["no-margin", "no-name", "no-verdict", "text-margin"],
+)
+def test_a_malformed_claim_names_its_summary_and_field(tiny, capsys, change, message):
+    readme, results = tiny
+    path = results / "s" / "summary.json"
+    summary = json.loads(path.read_text())
+    change(summary["claims"][1])
+    path.write_text(json.dumps(summary))
+    text = readme.read_text()
+    error = verdicts_error(capsys, readme, results)
+    assert error.startswith(f"rlkit verdicts: error: {path}: {message}")
+    assert error.endswith("rerun rlkit report on its sweep")
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("summary", "message"),
+    [
+        ([1, 2], "must hold a JSON object, got a list"),
+        ({"claims": {"B above A": {}}}, "claims must be a list of objects"),
+        ({"claims": ["B above A"]}, "claims must be a list of objects"),
+    ],
+)
+def test_a_summary_of_the_wrong_shape_is_named(tiny, capsys, summary, message):
+    readme, results = tiny
+    path = results / "s" / "summary.json"
+    path.write_text(json.dumps(summary))
+    assert f"{path} {message}" in verdicts_error(capsys, readme, results)
+
+
+def test_the_table_reads_only_the_claim_fields_it_checks(tiny):
+    """What committed_claims checks is all render reads (a claim reduced to those fields, and
+    to the two it reads with a default, renders the same row)."""
+    _, results = tiny
+    kept = (*verdicts.CLAIM_FIELDS, *verdicts.SUPERIORITY_FIELDS, "p_holm", "measure")
+    claims = verdicts.committed_claims(results)
+    path = results / "s" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["claims"] = [{k: c[k] for k in kept if k in c} for _, c, _ in claims]
+    before = verdicts.render(results)
+    path.write_text(json.dumps(summary))
+    assert verdicts.render(results) == before
+
+
+def test_readme_or_results_that_cannot_be_used_are_named(tiny, capsys):
+    readme, results = tiny
+    loop, missing = readme.parent / "loop", readme.parent / "missing"
+    loop.symlink_to("loop")
+    text = readme.read_text()
+    cases = [
+        (loop / "R.md", results, f"--readme {loop / 'R.md'} is under {loop}, a symlink loop"),
+        (missing, results, f"--readme {missing} does not exist"),
+        (results, results, f"--readme {results} is a directory, not a file"),
+        (readme, loop, f"--results {loop} is a symlink loop"),
+        (readme, missing, f"--results {missing} does not exist"),
+        (readme, readme, f"--results {readme} is a file, not a directory"),
+    ]
+    for readme_arg, results_arg, message in cases:
+        assert message in verdicts_error(capsys, readme_arg, results_arg)
+    assert readme.read_text() == text
+
+
 def test_no_claims_anywhere_says_so(tmp_path):
     write_summary(tmp_path / "results", "old", None)
     assert verdicts.render(tmp_path / "results") == [

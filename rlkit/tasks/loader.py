@@ -59,6 +59,21 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
     return subset([p for p in train if p.id not in held_ids], task_cfg.num_train), held_out
 
 
+def _given(section: str, settings: dict) -> str:
+    """`` with SECTION.KEY=VALUE, …``: the fields a config gave a built-in task's section (they
+    size its splits), for a message about a split; empty when it gave none."""
+    keys = [f"{section}.{name}={value}" for name, value in settings.items()]
+    return f" with {', '.join(keys)}" if keys else ""
+
+
+def _task_settings(task) -> str:
+    """:func:`_given` of ``task.arithmetic`` or ``task.word_problems``, whichever section sizes
+    the built-in task ``task.name`` (empty for a dataset)."""
+    if task.name in ("arithmetic", "word_problems"):
+        return _given(f"task.{task.name}", getattr(task, task.name))
+    return ""
+
+
 def check_sizes(
     cfg,
     evaluation: list[Problem],
@@ -70,30 +85,55 @@ def check_sizes(
     The eval split must hold the ``min(task.num_eval, eval.num_problems)`` problems asked for
     (fewer would be evaluated without a word), and each training set given (the task's, and
     ``shifted``, the problems of ``task.shift.arithmetic``) at least ``rollout.num_prompts``
-    (a batch would repeat prompts). Each shortfall is a ValueError naming the keys and sizes."""
+    (a batch would repeat prompts). Each shortfall is a ValueError naming the keys and sizes;
+    an empty split names the settings that sized it."""
     task = cfg.task
     source = f"task.eval_name={task.eval_name}" if task.eval_name else f"task.name={task.name}"
     wanted = min(task.num_eval, cfg.eval.num_problems)
     if not evaluation:
-        raise ValueError(f"the eval split of {source} is empty: evaluation needs problems")
+        raise ValueError(
+            f"the eval split of {source} is empty{_task_settings(task)}: evaluation needs problems"
+        )
     if len(evaluation) < wanted:
         raise ValueError(
             f"eval.num_problems={cfg.eval.num_problems} (task.num_eval={task.num_eval}) asks for "
             f"more problems than the eval split of {source} holds ({len(evaluation)}): set "
             f"eval.num_problems={len(evaluation)} or lower"
         )
-    sets = [
-        (f"task.name={task.name} (task.num_train={task.num_train})", train),
-        (f"task.shift.arithmetic (from step {task.shift.get('step')})", shifted),
+    sets = [  # (the set, its note for the batch size, the settings that sized it, its problems)
+        (f"task.name={task.name}", f"task.num_train={task.num_train}", _task_settings(task), train),
+        (
+            "task.shift.arithmetic",
+            f"from step {task.shift.get('step')}",
+            _given("task.shift.arithmetic", task.shift.get("arithmetic", {})),
+            shifted,
+        ),
     ]
     num_prompts = cfg.rollout.num_prompts
-    for where, problems in sets:
-        if problems is not None and len(problems) < num_prompts:
+    for where, note, given, problems in sets:
+        if problems is None:
+            continue
+        if not problems:
+            raise ValueError(
+                f"the training split of {where} is empty{given}: training needs problems"
+            )
+        if len(problems) < num_prompts:
             raise ValueError(
                 f"rollout.num_prompts={num_prompts} is more than the {len(problems)} training "
-                f"problems of {where}: every batch would repeat prompts; set "
+                f"problems of {where} ({note}): every batch would repeat prompts; set "
                 f"rollout.num_prompts={len(problems)} or lower"
             )
+
+
+def check_context(max_new_tokens: int, context: int | None, model: str) -> None:
+    """``rollout.max_new_tokens`` leaves room for a prompt in the context of ``model`` (``context``
+    None: unknown, no check); a ValueError names both."""
+    if context and max_new_tokens >= context:
+        raise ValueError(
+            f"rollout.max_new_tokens={max_new_tokens} does not fit the context of "
+            f"model.name_or_path={model} ({context} tokens, max_position_embeddings, the prompt "
+            f"included): set rollout.max_new_tokens below {context}"
+        )
 
 
 def warn_long_prompts(problems, tokenizer, context: int | None, max_new_tokens: int) -> int:
