@@ -1,7 +1,8 @@
 """rlkit: reinforcement learning of language models with verifiable rewards.
 
 GRPO and its relatives, EBPO (empirical-Bayes shrinkage baseline, arXiv 2602.05165) and AGPO
-(adaptive clipping and adaptive sampling temperature, arXiv 2605.20722). The formulas follow
+(adaptive clipping and adaptive sampling temperature, arXiv 2605.20722; not the unrelated AGPO of
+arXiv 2503.15952). The formulas follow
 ``docs/algorithms.md``; each function's docstring names the section it implements.
 
 Importing rlkit silences two notices of its dependencies that do not apply to it and that every

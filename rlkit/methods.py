@@ -29,7 +29,14 @@ from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
 from rlkit.dpo import build_pairs
 from rlkit.losses import kl_divergence
-from rlkit.ppo import AdaptiveKLController, FixedKLController, gae, token_rewards, whiten
+from rlkit.ppo import (
+    AdaptiveKLController,
+    FixedKLController,
+    gae,
+    reward_kl_metrics,
+    token_rewards,
+    whiten,
+)
 from rlkit.tasks.base import Problem
 
 if TYPE_CHECKING:  # rlkit.update imports this module
@@ -382,10 +389,9 @@ class PPO(Method):
             "critic/values/mean": self.global_mean(old.values, mask),
             "actor/reward_kl_penalty_coeff": beta,
         }
-        if kl is not None:  # TRL's observed KL: the sequence's summed KL, mean over rows
-            seq_kl = self.dist.all_reduce_sum((kl * mask).sum().double()) / rows
-            metrics["actor/reward_kl_penalty"] = self.global_mean(kl, mask)
-            self.kl_ctl.update(float(seq_kl), int(rows))
+        if kl is not None:  # the controller reads TRL's KL: each row's summed KL, mean over rows
+            metrics |= reward_kl_metrics(kl, mask, self.dist)
+            self.kl_ctl.update(float(metrics["objective/kl"]), int(rows))
         self.last_metrics = metrics
         return replace(
             batch, advantages=advantages.to(old.logp.dtype), returns=returns.to(old.logp.dtype)

@@ -20,8 +20,9 @@ def token_rewards(
     kl: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> torch.Tensor:
-    """r_t = −β·KL_t + 1[t = last real token]·R (§4c, eq. 4c.1; Ziegler et al. 2019, TRL's
-    ``compute_rewards``, verl's ``apply_kl_penalty``); 0 at padding."""
+    """r_t = −β·KL_t + 1[t = last real token]·R (§4c, eq. 4c.1; Ziegler et al. 2019, TRL 0.11's
+    ``compute_rewards``, verl's reward managers and ``apply_kl_penalty``); 0 at padding. TRL ≥
+    0.12's ``PPOTrainer`` puts R one token past the last real token instead (§4c)."""
     mask = mask.bool()
     rewards = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
     if kl is not None and kl_coef:
@@ -31,6 +32,32 @@ def token_rewards(
     rows = torch.arange(len(mask), device=mask.device)[has_tokens]
     rewards[rows, last[has_tokens]] += scores.to(rewards)[has_tokens]
     return rewards
+
+
+def reward_kl_metrics(
+    kl: torch.Tensor, mask: torch.Tensor, dist: Collective | None = None
+) -> dict[str, torch.Tensor]:
+    """The KL in the reward (KL_t of eq. 4c.1) averaged three ways over every rank's
+    completions (§4c, "Logged"), float64:
+
+    - ``actor/reward_kl_penalty``: verl's number, the mean over completions of each completion's
+      token mean (verl's ``apply_kl_penalty``; a completion without real tokens counts 0);
+    - ``objective/kl``: TRL's, the mean over completions of each completion's summed KL, which
+      is what the adaptive controller reads (eq. 4c.5);
+    - ``ppo/kl_token_mean``: the mean over all real tokens (a long completion weighs more).
+    """
+    dist = dist or Local()
+    m = mask.to(torch.float64)
+    kl64 = kl.to(torch.float64) * m
+    rows = dist.all_reduce_sum(torch.tensor(float(len(mask)), dtype=torch.float64))
+    row_means = kl64.sum(-1) / m.sum(-1).clamp_min(1.0)
+    tokens = dist.all_reduce_sum(m.sum()).clamp_min(1.0)
+    return {
+        "actor/reward_kl_penalty": dist.all_reduce_sum(row_means.sum()) / rows,
+        # summed in KL's dtype, as the controller's input always was (β unchanged bit for bit)
+        "objective/kl": dist.all_reduce_sum((kl * mask).sum().double()) / rows,
+        "ppo/kl_token_mean": dist.all_reduce_sum(kl64.sum()) / tokens,
+    }
 
 
 def gae(
@@ -109,7 +136,10 @@ class AdaptiveKLController(FixedKLController):
 
         e = clip(KL / KL_target − 1, −0.2, 0.2),   β ← β·(1 + e·n / horizon)
 
-    with n the rows of the step's batch."""
+    with n the rows of the step's batch and KL each row's summed KL averaged over the rows
+    (TRL's ``objective/kl``, :func:`reward_kl_metrics`). verl's controller reads a per-token mean
+    KL instead, so a verl ``target_kl`` ports as that target times the mean completion length
+    in tokens (§4c)."""
 
     def __init__(self, kl_coef: float, target: float, horizon: int):
         super().__init__(kl_coef)

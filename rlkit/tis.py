@@ -4,13 +4,16 @@ rlkit recomputes π_old with the training forward, so the PPO ratio π_θ/π_old
 update. A faster sampler (vLLM, the static-cache decode loop) draws the tokens from a slightly
 different policy π_s (other kernels, bf16 LoRA), and the policy gradient is then biased by
 π_old/π_s per token. Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework
-secretly brings you off-policy RL training"; TRL's ``vllm_importance_sampling_correction``)
-multiplies each token's policy-gradient term by the detached weight
+secretly brings you off-policy RL training") multiplies each token's policy-gradient term by the
+detached weight
 
     w_t = min(π_old(y_t) / π_s(y_t), C)          C = ``loss.tis_cap``
 
-with both log-probs at the sampling temperature. ``loss.tis_cap: auto`` (the default) turns it on
-with C = 3 (TRL's ``vllm_importance_sampling_cap``) whenever the sampler is not the training
+with both log-probs at the sampling temperature: TRL 1.16's ``vllm_importance_sampling_mode=
+"token_truncate"`` (not its default, ``"sequence_mask"``) and verl 0.9.1's token-level rollout
+correction (``rollout_is="token"`` with one threshold). ``loss.tis_cap: auto`` (the default) turns
+it on with C = 3 (TRL 1.16's ``vllm_importance_sampling_clip_max``, which replaced the deprecated
+``vllm_importance_sampling_cap``) whenever the sampler is not the training
 forward: an engine other than HF ``generate``, or HF ``generate`` over the dequantized generation
 copy (``rollout.generation_copy``, `rlkit.generation_copy`: plain linears where training runs
 bitsandbytes' kernels). HF ``generate`` on the training weights *is* the training forward: there
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_cap
+DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_clip_max
 # Engines whose sampling forward is the training model's own (HF generate): no correction.
 SAME_FORWARD_ENGINES = ("hf",)
 
@@ -58,18 +61,24 @@ def mismatch_metrics(
     old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float
 ) -> dict[str, float]:
     """The sampler/trainer mismatch over the real tokens, under TRL's metric names, and the
-    share of tokens whose weight the cap clipped (``.../clipped_fraction``, rlkit's). Tokens
-    without a sampler log-prob (NaN) are left out."""
-    mask = mask.bool() & ~torch.isnan(sampler_logp)
-    delta = (old_logp - sampler_logp)[mask]
-    if delta.numel() == 0:
-        delta = torch.zeros(1, dtype=old_logp.dtype, device=old_logp.device)
-    ratio = torch.exp(delta)
+    share of tokens whose weight the cap clipped (``.../clipped_fraction``, rlkit's). A token
+    without a sampler log-prob (NaN) counts as TRL 1.16's ``GRPOTrainer`` counts it: left out of
+    ``sampling_logp_difference/*``, and in ``importance_sampling_ratio/*`` (and the clipped
+    fraction's denominator) with the weight 1 it trains with."""
+    mask = mask.bool()
+    delta = old_logp - sampler_logp
+    known = mask & ~torch.isnan(sampler_logp)
+    gap = delta[known].abs()
+    if gap.numel() == 0:
+        gap = torch.zeros(1, dtype=old_logp.dtype, device=old_logp.device)
+    ratio = torch.exp(torch.nan_to_num(delta, nan=0.0)[mask])
+    if ratio.numel() == 0:
+        ratio = torch.ones(1, dtype=old_logp.dtype, device=old_logp.device)
     weights = ratio.clamp(max=cap)
     dtype = old_logp.dtype
     return {
-        "sampling/sampling_logp_difference/mean": float(delta.abs().mean()),
-        "sampling/sampling_logp_difference/max": float(delta.abs().max()),
+        "sampling/sampling_logp_difference/mean": float(gap.mean()),
+        "sampling/sampling_logp_difference/max": float(gap.max()),
         "sampling/importance_sampling_ratio/min": float(weights.min()),
         "sampling/importance_sampling_ratio/mean": float(weights.mean()),
         "sampling/importance_sampling_ratio/max": float(weights.max()),

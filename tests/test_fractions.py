@@ -2,6 +2,7 @@
 (docs/algorithms.md §3 step 1, "Answer keys")."""
 
 import math
+import re
 
 import pytest
 
@@ -69,6 +70,23 @@ def test_vote_entropy_keeps_distinct_fractions_apart():
     ]
     h = vote_entropy(groups).tolist()
     assert h == pytest.approx([math.log(2), math.log(2), 0.0, math.log(2)], abs=1e-6)
+
+
+def authors_free_text_key(text: str) -> str:
+    """The last-number branch of ``CustomAGPOTrainer._extract_vote_key`` of
+    github.com/wandugu/paper_agpo at commit 11e5596 (src/llamafactory/train/agpo/trainer.py)."""
+    numbers = re.findall(r"[-+]?\d*\.?\d+(?:/[1-9]\d*)?", text.strip().replace(",", ""))
+    return numbers[-1].strip().lower()
+
+
+def test_a_decimal_denominator_is_one_key_where_the_authors_key_its_tail():
+    """docs/algorithms.md §3, "Vote keys": the authors' pattern reads "3/4.5" as "3/4" then
+    ".5", so 3/4.5, 1/2.5 and 7/8.5 are one vote (".5") there; rlkit keeps three."""
+    texts = ["the answer is 3/4.5", "the answer is 1/2.5", "the answer is 7/8.5"]
+    assert [authors_free_text_key(t) for t in texts] == [".5", ".5", ".5"]
+    assert [extract_answer(t) for t in texts] == ["3/4.5", "1/2.5", "7/8.5"]
+    assert vote_entropy([texts]).tolist() == pytest.approx([math.log(3)], abs=1e-6)
+    assert numeric_value("3/4.5") == pytest.approx(2 / 3)
 
 
 def test_builtin_task_has_no_fractions():

@@ -11,6 +11,7 @@ from rlkit.ppo import (
     FixedKLController,
     clipped_value_loss,
     gae,
+    reward_kl_metrics,
     token_rewards,
     whiten,
 )
@@ -27,6 +28,22 @@ def test_token_rewards_hand_example():
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-15)
     no_kl = token_rewards(torch.tensor([1.0, 0.5]), mask)
     assert no_kl.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
+
+
+def test_reward_kl_metrics_hand_example():
+    """Rows of 3 and 1 tokens and an empty row: verl's mean of row means, TRL's mean of row sums
+    (the adaptive controller's input) and the token mean are three numbers (§4c, "Logged")."""
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.6, 9.0, 9.0], [9.0, 9.0, 9.0]], dtype=F64)
+    out = reward_kl_metrics(kl, mask)
+    assert list(out) == ["actor/reward_kl_penalty", "objective/kl", "ppo/kl_token_mean"]
+    assert float(out["actor/reward_kl_penalty"]) == pytest.approx((0.2 + 0.6 + 0.0) / 3)
+    assert float(out["objective/kl"]) == pytest.approx((0.6 + 0.6 + 0.0) / 3)
+    assert float(out["ppo/kl_token_mean"]) == pytest.approx(1.2 / 4)
+    # equal lengths L: the row-sum mean is L times the row-mean mean (§4c: porting a KL target)
+    even = reward_kl_metrics(kl[:1].expand(4, 3), mask[:1].expand(4, 3))
+    assert float(even["objective/kl"]) == pytest.approx(3 * float(even["actor/reward_kl_penalty"]))
+    assert float(even["ppo/kl_token_mean"]) == pytest.approx(float(even["actor/reward_kl_penalty"]))
 
 
 def test_gae_hand_example():
@@ -113,6 +130,8 @@ PPO_KEYS = (
     "critic/advantages/mean",
     "actor/reward_kl_penalty",
     "actor/reward_kl_penalty_coeff",
+    "objective/kl",
+    "ppo/kl_token_mean",
 )
 
 

@@ -249,6 +249,34 @@ def test_lower_mad_median_is_the_authors_advantage_dispersion(shape, kind):
         assert dispersion(x, "mad").tolist() != pytest.approx(theirs, rel=1e-15)
 
 
+def test_lower_mad_of_a_group_of_two_is_always_the_std():
+    """docs/algorithms.md §1: at G = 2 the lower median of |x − med| is 0 on every pair, so with
+    ``mad_median="lower"`` every non-constant pair falls back to the std, on continuous rewards
+    too. The authors' advantage dispersion (with the fallback) agrees; their probe's σ̂ (without
+    it) is 0; the midpoint MAD is 1.4826·|a − b|/2, 1.048 times the std |a − b|/√2."""
+    from rlkit.advantages import get_estimator
+    from rlkit.controllers import ProbeStats
+
+    x = random_groups(2, (50, 2), "continuous").to(torch.float64)
+    x[0] = 0.25  # a constant pair: 0 under every convention
+    std = dispersion(x, "std")
+    assert torch.equal(dispersion(x, "mad", mad_median="lower"), std)
+    probe = ProbeStats.from_rewards(x, dispersion_kind="mad", mad_median="lower")
+    assert probe.dispersion.tolist() == pytest.approx(std.to(torch.float32).tolist(), rel=1e-6)
+    for row, s in zip(x, std.tolist()):
+        assert authors_dispersion(row, "mad", fallback_to_std=True).item() == pytest.approx(
+            s, rel=1e-15
+        )
+        assert authors_dispersion(row, "mad", fallback_to_std=False).item() == 0.0
+    gap = (x[:, 0] - x[:, 1]).abs()
+    assert dispersion(x, "mad").tolist() == pytest.approx((1.4826 * gap / 2).tolist(), rel=1e-12)
+    assert std[1:].tolist() == pytest.approx((gap[1:] / math.sqrt(2)).tolist(), rel=1e-12)
+    # the agpo advantage of every non-constant pair is then ±(a − b)/2 / std = ±1/√2
+    agpo = get_estimator("agpo", dispersion="mad", mad_median="lower")(x).advantages
+    assert agpo[1:].abs().flatten().tolist() == pytest.approx([1 / math.sqrt(2)] * 98, rel=1e-9)
+    assert agpo[0].tolist() == [0.0, 0.0]
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("disp", ["std", "mad", "iqr", "mad-lower"])

@@ -127,10 +127,28 @@ def test_tis_on_the_hf_path_weights_one_and_logs_the_mismatch(tmp_path, tiny_mod
         assert all(k in row for k in TIS_KEYS)
 
 
-def test_a_token_without_sampler_logprob_weighs_one_and_is_not_counted():
-    old = torch.tensor([[math.log(2.0), -1.0]], dtype=torch.float64)
-    sampler = torch.tensor([[0.0, math.nan]], dtype=torch.float64)
-    assert importance_weights(old, sampler, cap=3.0).tolist() == [[2.0, 1.0]]
-    metrics = mismatch_metrics(old, sampler, torch.ones(1, 2, dtype=torch.bool), cap=3.0)
-    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(math.log(2.0))
-    assert metrics["sampling/importance_sampling_ratio/min"] == pytest.approx(2.0)
+def test_a_token_without_sampler_logprob_weighs_one_and_counts_as_trl_counts_it():
+    """A NaN sampler log-prob (vLLM returned none) trains with weight 1 and, as in TRL 1.16's
+    ``GRPOTrainer._generate_and_score_completions`` (token modes), is left out of
+    ``sampling_logp_difference/*`` but counted with ratio 1 in ``importance_sampling_ratio/*``
+    (docs/algorithms.md §4, truncated importance sampling)."""
+    old = torch.tensor([[math.log(2.0), -1.0, math.log(8.0), 5.0]], dtype=torch.float64)
+    sampler = torch.tensor([[0.0, math.nan, 0.0, math.nan]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True, False]])  # the last token is padding
+    assert importance_weights(old, sampler, cap=3.0).tolist() == [[2.0, 1.0, 3.0, 1.0]]
+    metrics = mismatch_metrics(old, sampler, mask, cap=3.0)
+    assert metrics == pytest.approx(
+        {
+            "sampling/sampling_logp_difference/mean": (math.log(2.0) + math.log(8.0)) / 2,
+            "sampling/sampling_logp_difference/max": math.log(8.0),
+            "sampling/importance_sampling_ratio/min": 1.0,
+            "sampling/importance_sampling_ratio/mean": (2.0 + 1.0 + 3.0) / 3,
+            "sampling/importance_sampling_ratio/max": 3.0,
+            "sampling/importance_sampling_ratio/clipped_fraction": 1 / 3,
+        },
+        abs=1e-12,
+    )
+    # every real token without a sampler log-prob: no difference to report, every weight 1
+    none = mismatch_metrics(old[:, :2], torch.full((1, 2), math.nan), mask[:, :2], cap=3.0)
+    assert none["sampling/sampling_logp_difference/max"] == 0.0
+    assert none["sampling/importance_sampling_ratio/mean"] == 1.0
