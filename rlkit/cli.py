@@ -10,6 +10,7 @@ rlkit plot runs/tiny-cpu [runs/other ...] --out curves.png
 rlkit demo                                    # GRPO vs EBPO vs AGPO on the built-in task
 rlkit sweep sweeps/SPEC.yaml                  # a resumable grid of runs (rlkit/sweep.py)
 rlkit report runs/sweeps/NAME                 # tables, figures, results/NAME/summary.*
+rlkit figures results/NAME [...]              # redraw curves.png, dynamics.png from summary.json
 rlkit verdicts [--check]                      # README's pre-registered verdicts table
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
@@ -178,6 +179,13 @@ def _report(args) -> None:
     print(write_report(args.sweep_dir, args.results, args.metric))
 
 
+def _figures(args) -> None:
+    from rlkit.report import redraw_figures
+
+    for results_dir in args.results_dirs:
+        print("\n".join(str(path) for path in redraw_figures(results_dir)))
+
+
 def _verdicts(args) -> None:
     from rlkit.verdicts import stale_line, write
 
@@ -280,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", default="eval/greedy_accuracy", help="metric of the MDD and the figure"
     )
     report.set_defaults(func=_report)
+
+    figures = sub.add_parser(
+        "figures", help="redraw curves.png and dynamics.png of results/<sweep>/ from summary.json"
+    )
+    figures.add_argument("results_dirs", nargs="+", help="folders of summary.json (results/NAME)")
+    figures.set_defaults(func=_figures)
 
     verdicts = sub.add_parser(
         "verdicts",

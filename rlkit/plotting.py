@@ -1,4 +1,11 @@
-"""Standard training curves of one or several runs (``rlkit plot RUN_DIR …``)."""
+"""Standard training curves of one or several runs (``rlkit plot RUN_DIR …``), and the two
+helpers every figure rlkit saves is drawn with (:func:`new_figure`, :func:`save_figure`).
+
+No pyplot and no ``matplotlib.use``: a figure here is a plain :class:`matplotlib.figure.Figure`,
+which saves to PNG through the Agg canvas without touching the global backend, so importing rlkit
+never switches a notebook's plotting backend off (a notebook that imported pyplot first keeps
+showing its figures inline).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,12 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from rlkit.figure_style import FIGURE_DPI, STYLE  # noqa: E402
-from rlkit.metrics import read_metrics  # noqa: E402
-from rlkit.paths import check_link  # noqa: E402
+from rlkit.figure_style import FIGURE_DPI, STYLE
+from rlkit.metrics import read_metrics
+from rlkit.paths import check_link
+from rlkit.rundir import write_atomically
 
 STANDARD_CURVES = {
     "reward": "train reward",
@@ -42,7 +48,26 @@ def trailing_mean(values: list[float], window: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
-@plt.rc_context(STYLE)  # the shared figure style: text readable at the saved size
+def new_figure(nrows: int, ncols: int, panel: tuple[float, float]) -> tuple[Figure, np.ndarray]:
+    """A figure of ``nrows`` x ``ncols`` panels of ``panel`` inches (width, height) each, in the
+    shared style (:data:`rlkit.figure_style.STYLE`), and its axes as a 2-D array. The constrained
+    layout keeps a suptitle, titles and tick labels off each other at any number of rows."""
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
+        axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def save_figure(fig: Figure, out: Path | str) -> Path:
+    """Write ``fig`` to ``out`` as a PNG at :data:`FIGURE_DPI` (whole or not at all; its folder
+    made), in the shared style; returns the path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context(STYLE):
+        write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
+    return out
+
+
 def plot_runs(
     runs: Mapping[str, Path | str | list[dict]], out: Path | str, smooth: int = 5
 ) -> Path:
@@ -56,28 +81,23 @@ def plot_runs(
     if not names:
         raise ValueError("none of the runs logged a standard metric")
     cols = min(4, len(names))
-    nrows = -(-len(names) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.8 * nrows), squeeze=False)
-    for ax, name in zip(axes.flat, names):
-        for i, (label, rows) in enumerate(data.items()):  # one colour per run in every panel
-            steps, values = curves(rows, name)
-            if not steps:
-                continue
-            if name.startswith("eval/"):
-                ax.plot(steps, values, marker="o", label=label, color=f"C{i}")
-            else:
-                ax.plot(steps, trailing_mean(values, smooth), label=label, color=f"C{i}")
-        ax.set_title(STANDARD_CURVES[name])
-        ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    axes.flat[0].legend()
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=FIGURE_DPI)
-    plt.close(fig)
-    return out
+    fig, axes = new_figure(-(-len(names) // cols), cols, (3.6, 2.8))
+    with matplotlib.rc_context(STYLE):
+        for ax, name in zip(axes.flat, names):
+            for i, (label, rows) in enumerate(data.items()):  # one colour per run in every panel
+                steps, values = curves(rows, name)
+                if not steps:
+                    continue
+                if name.startswith("eval/"):
+                    ax.plot(steps, values, marker="o", label=label, color=f"C{i}")
+                else:
+                    ax.plot(steps, trailing_mean(values, smooth), label=label, color=f"C{i}")
+            ax.set_title(STANDARD_CURVES[name])
+            ax.set_xlabel("step")
+        for ax in list(axes.flat)[len(names) :]:
+            ax.axis("off")
+        axes.flat[0].legend()
+    return save_figure(fig, out)
 
 
 def unique_labels(run_dirs: Sequence[Path | str]) -> dict[str, Path]:

@@ -13,9 +13,11 @@ For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit
   nothing else (:func:`judge_claims`): a summary of a spec without claims is what it was before
   claims existed, byte for byte;
 - learning curves with paired bands (:func:`learning_curves`, ``curves.png``): the held-out
-  metrics against step, mean over seeds with a 95% t-band, and arm − baseline paired per seed at
-  each evaluation, so a reader sees when a difference appears; only steps every (paired) seed
-  evaluated are used, nothing is interpolated;
+  metrics against step, mean over seeds with a 95% t-band, and arm − control paired per seed at
+  each evaluation (the control: the baseline, or at a G the baseline did not run at, the arm a
+  claim compares the arm with), so a reader sees when a difference appears; only steps every
+  (paired) seed evaluated are used, nothing is interpolated; more arms than a panel can keep
+  apart are split over several panels (:func:`arm_facets`);
 - training dynamics as the EBPO paper shows them (:func:`training_dynamics`, ``dynamics.png``):
   per-step gradient norm (before clipping), KL to the reference (β > 0), policy entropy and clip
   fraction, mean over seeds with a 95% t-band, not smoothed, one colour per arm; a metric an arm
@@ -399,32 +401,38 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
     return rows
 
 
-def plot_accuracy_vs_tokens(runs: dict, metric: str, out: Path, points: int = 50) -> Path:
-    """One panel per G: ``metric`` against generated tokens per arm, mean over seeds with a 95%
-    band (each seed's curve interpolated onto the token range every seed reached), in the shared
-    figure style (:mod:`rlkit.figure_style`)."""
-    from rlkit.figure_style import STYLE
-    from rlkit.plotting import plt
+def plot_accuracy_vs_tokens(
+    runs: dict, metric: str, facets: dict[int, list[list[str]]], out: Path, points: int = 50
+) -> Path:
+    """One panel per G and facet (:func:`arm_facets`), four to a row: ``metric`` against
+    generated tokens per arm, mean over seeds with a 95% band (each seed's curve interpolated onto
+    the token range every seed reached), in the shared figure style (:mod:`rlkit.figure_style`);
+    tokens in thousands, so that six-digit tick labels do not run into each other."""
+    from matplotlib.ticker import EngFormatter
 
-    sizes = sorted({g for _, g in runs})
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.2), squeeze=False)
-        for ax, g in zip(axes.flat, sizes):
-            for (arm, size), seeds in runs.items():
-                if size != g:
-                    continue
-                curves = [eval_curve(rows, metric) for rows in seeds.values()]
+    from rlkit.plotting import new_figure, save_figure
+
+    panels = [(g, k, facet) for g, parts in facets.items() for k, facet in enumerate(parts)]
+    cols = min(4, len(panels))
+    fig, axes = new_figure(-(-len(panels) // cols), cols, (4.2, 3.2))
+    with _style():
+        for ax, (g, k, facet) in zip(axes.flat, panels):
+            for arm in facet:
+                curves = [eval_curve(rows, metric) for rows in runs[arm, g].values()]
                 grid = np.linspace(0, min(x[-1] for x, _ in curves), points)
                 ys = np.array([np.interp(grid, x, y) for x, y in curves]) * 100
-                ax.plot(grid, ys.mean(0), label=arm)
+                ax.plot(grid, ys.mean(0), label=arm, color=_colour(facet, arm))
                 if len(ys) > 1:
                     band = mean_ci(ys)
-                    ax.fill_between(grid, band.low, band.high, alpha=0.2)
-            ax.set_title(f"G = {g}")
+                    ax.fill_between(grid, band.low, band.high, color=_colour(facet, arm), alpha=0.2)
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+            ax.set_title(f"G = {g}{_part(k, facets[g])}")
             ax.set_xlabel("generated tokens (incl. probe)")
             ax.set_ylabel(f"{metric} (%)")
             ax.legend()
-        return _save(fig, out)
+        for ax in list(axes.flat)[len(panels) :]:
+            ax.axis("off")
+    return save_figure(fig, out)
 
 
 # ---------------------------------------------------------------- curves and dynamics over seeds
@@ -452,14 +460,25 @@ def step_band(series: list[dict[int, float]]) -> dict:
     return {"steps": steps} | {key: [b[key] for b in bands] for key in ("mean", "low", "high")}
 
 
-def learning_curves(runs: dict, baseline: str | None) -> dict:
+def paired_control(runs: dict, arm: str, g: int, baseline: str | None, claims=()) -> str | None:
+    """The arm that ``arm``'s curves at G are paired with: the baseline where it ran at G, else
+    the ``vs`` of a claim on ``arm`` at G (a sweep that names its arms by G, GRPO_G2 and GRPO_G4
+    with the baseline GRPO_G4, pairs EBPO_G2 with GRPO_G2 in its claims); None for the control
+    itself, or where no control ran at G."""
+    candidates = [baseline] + [c.vs for c in claims if c.arm == arm and c.group_size in (None, g)]
+    return next((c for c in candidates if c and c != arm and (c, g) in runs), None)
+
+
+def learning_curves(runs: dict, baseline: str | None, claims: list[Claim] = ()) -> dict:
     """Per arm, G and held-out metric: the evaluations over the arm's seeds (:func:`step_band`),
-    and ``vs_baseline``: arm − baseline paired per seed (the seeds both finished at this G) at the
-    steps every one of those seeds evaluated in both arms, mean and 95% t-band of the per-seed
-    differences (None for the baseline itself, or without one)."""
+    and ``vs_baseline``: arm − its control (:func:`paired_control`, named in ``vs``) paired per
+    seed (the seeds both finished at this G) at the steps every one of those seeds evaluated in
+    both arms, mean and 95% t-band of the per-seed differences (None for a control itself, or
+    without one)."""
     series = []
     for (arm, g), seeds in runs.items():
-        base = runs.get((baseline, g), {}) if baseline and arm != baseline else {}
+        control = paired_control(runs, arm, g, baseline, claims)
+        base = runs[control, g] if control else {}
         common = sorted(set(seeds) & set(base))
         for metric in METRICS:
             own = {seed: by_step(rows, metric) for seed, rows in sorted(seeds.items())}
@@ -469,7 +488,7 @@ def learning_curves(runs: dict, baseline: str | None) -> dict:
                 for seed in common:
                     b = by_step(base[seed], metric)
                     diffs.append({st: own[seed][st] - b[st] for st in own[seed].keys() & b.keys()})
-                paired = {"seeds": common} | step_band(diffs)
+                paired = {"vs": control, "seeds": common} | step_band(diffs)
             series.append(
                 {"arm": arm, "group_size": g, "metric": metric, "seeds": sorted(seeds)}
                 | step_band(list(own.values()))
@@ -495,13 +514,57 @@ def training_dynamics(runs: dict) -> dict:
     return {"x": "step", "band": BAND, "series": series, "not_logged": not_logged}
 
 
-def _arm_colour(arms: list[str], arm: str):
-    """One colour per arm, by its place in ``arms``: matplotlib's cycle up to 10 arms, tab20
-    beyond (the cycle would repeat a colour)."""
+MAX_ARMS_PER_PANEL = 6  # more lines than this in one panel cannot be told apart
+
+
+def arm_facets(curves: dict, baseline: str | None) -> dict[int, list[list[str]]]:
+    """{G: the arms of each panel of G}, from :func:`learning_curves`: the arms that ran at G in
+    the sweep's order, in one panel up to :data:`MAX_ARMS_PER_PANEL`; beyond, split over panels
+    of that many, each led by the controls the others are paired with, so that every panel shows
+    its comparison. Every figure of a report draws the same panels, one colour per place in a
+    panel (:func:`_colour`)."""
+    arms, controls = defaultdict(list), defaultdict(list)
+    for s in curves["series"]:
+        g, paired = s["group_size"], s["vs_baseline"]
+        arms[g] += [s["arm"]] if s["arm"] not in arms[g] else []
+        vs = paired and paired.get("vs", baseline)  # a summary before "vs": the baseline
+        controls[g] += [vs] if vs and vs not in controls[g] else []
+    facets = {}
+    for g in sorted(arms):
+        others = [a for a in arms[g] if a not in controls[g]]
+        width = max(1, MAX_ARMS_PER_PANEL - len(controls[g]))
+        facets[g] = (
+            [arms[g]]
+            if len(arms[g]) <= MAX_ARMS_PER_PANEL
+            else [controls[g] + others[i : i + width] for i in range(0, len(others), width)]
+        )
+    return facets
+
+
+def _colour(facet: list[str], arm: str) -> str:
+    """One colour per place in a panel's arms (at most :data:`MAX_ARMS_PER_PANEL`, all distinct
+    in matplotlib's cycle)."""
+    return f"C{facet.index(arm)}"
+
+
+def _part(k: int, facets: list[list[str]]) -> str:
+    """`` (k/n)`` after the title of the k-th of n panels of one G; nothing for a single one."""
+    return f" ({k + 1}/{len(facets)})" if len(facets) > 1 else ""
+
+
+def _style():
     import matplotlib
 
-    i = arms.index(arm)
-    return f"C{i}" if len(arms) <= 10 else matplotlib.colormaps["tab20"](i % 20)
+    from rlkit.figure_style import STYLE
+
+    return matplotlib.rc_context(STYLE)
+
+
+def _no_data(ax, title: str, why: str) -> None:
+    """A panel with nothing to draw: its title and why, no empty axes."""
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes)
 
 
 def _draw_band(ax, entry: dict, colour: str, label: str | None, scale: float = 1.0) -> None:
@@ -512,77 +575,106 @@ def _draw_band(ax, entry: dict, colour: str, label: str | None, scale: float = 1
         ax.fill_between(steps, low, high, color=colour, alpha=0.2, linewidth=0)
 
 
-def _save(fig, out: Path) -> Path:
-    from rlkit.figure_style import FIGURE_DPI
-    from rlkit.plotting import plt
+def plot_learning_curves(
+    curves: dict, facets: dict[int, list[list[str]]], baseline: str | None, out: Path
+) -> Path:
+    """``curves.png`` from :func:`learning_curves`: one row per G, panel of arms
+    (:func:`arm_facets`) and metric; left, each arm's held-out value against step (mean over
+    seeds, 95% t-band); right (when some arm is paired), arm − its control paired per seed, 0
+    dashed, titled with the controls it shows (a summary before ``vs``: the baseline)."""
+    from rlkit.plotting import new_figure, save_figure
 
-    fig.tight_layout()
-    write_atomically(out, lambda tmp: fig.savefig(tmp, dpi=FIGURE_DPI, format="png"))
-    plt.close(fig)
-    return out
-
-
-def plot_learning_curves(curves: dict, arms: list[str], baseline: str | None, out: Path) -> Path:
-    """``curves.png`` from :func:`learning_curves`: one row per G and metric; left, each arm's
-    held-out value against step (mean over seeds, 95% t-band); right (with a baseline), arm −
-    baseline paired per seed, 0 dashed. One colour per arm (its place in ``arms``)."""
-    from rlkit.figure_style import STYLE
-    from rlkit.plotting import plt
-
-    cells = list(dict.fromkeys((s["group_size"], s["metric"]) for s in curves["series"]))
-    cols = 2 if baseline else 1
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(
-            len(cells), cols, figsize=(4.6 * cols, 3.0 * len(cells)), squeeze=False
-        )
-        for (g, metric), (left, *right) in zip(sorted(cells), axes):
+    series = {(s["arm"], s["group_size"], s["metric"]): s for s in curves["series"]}
+    metrics = list(dict.fromkeys(metric for _, _, metric in series))
+    rows = [
+        (g, k, facet, metric)
+        for g, parts in facets.items()
+        for k, facet in enumerate(parts)
+        for metric in metrics
+    ]
+    paired = any(s["vs_baseline"] for s in series.values())
+    fig, axes = new_figure(len(rows), 1 + paired, (4.6, 3.0))
+    with _style():
+        for (g, k, facet, metric), (left, *right) in zip(rows, axes):
             name = metric.removeprefix("eval/")
-            for s in curves["series"]:
-                if (s["group_size"], s["metric"]) != (g, metric):
-                    continue
-                colour = _arm_colour(arms, s["arm"])
-                _draw_band(left, s, colour, s["arm"], scale=100.0)
-                if right and s["vs_baseline"]:
-                    _draw_band(right[0], s["vs_baseline"], colour, s["arm"], scale=100.0)
-            left.set(title=f"{name}, G = {g}", xlabel="step", ylabel=f"{name} (%)")
+            drawn = [series[arm, g, metric] for arm in facet if (arm, g, metric) in series]
+            for s in drawn:
+                _draw_band(left, s, _colour(facet, s["arm"]), s["arm"], scale=100.0)
+            left.set(title=f"{name}, G = {g}{_part(k, facets[g])}", xlabel="step")
+            left.set_ylabel(f"{name} (%)")
             left.legend()
             if right:
-                right[0].axhline(0.0, color="0.4", linestyle="--", linewidth=0.8)
-                right[0].set(
-                    title=f"arm − {baseline}, paired per seed",
-                    xlabel="step",
-                    ylabel="difference (points)",
-                )
+                _draw_differences(right[0], [s for s in drawn if s["vs_baseline"]], facet, baseline)
         fig.suptitle(f"held-out {curves['band']}")
-        return _save(fig, out)
+    return save_figure(fig, out)
 
 
-def plot_dynamics(dynamics: dict, arms: list[str], out: Path) -> Path:
-    """``dynamics.png`` from :func:`training_dynamics`: one row per G, one panel per metric that
-    some arm logged, one colour per arm; a metric an arm did not log has no line for it."""
-    from rlkit.figure_style import STYLE
-    from rlkit.plotting import STANDARD_CURVES, plt
+def _draw_differences(ax, drawn: list[dict], facet: list[str], baseline: str | None) -> None:
+    """The right panel of a row of ``curves.png``: each paired arm's difference to its control."""
+    if not drawn:
+        return _no_data(ax, "arm − control", "no arm here is paired per seed\nwith a control")
+    for s in drawn:
+        _draw_band(ax, s["vs_baseline"], _colour(facet, s["arm"]), s["arm"], scale=100.0)
+    controls = ", ".join(dict.fromkeys(s["vs_baseline"].get("vs", baseline) for s in drawn))
+    ax.axhline(0.0, color="0.4", linestyle="--", linewidth=0.8)
+    ax.set(title=f"arm − {controls}, paired per seed", xlabel="step")
+    ax.set_ylabel("difference (points)")
+
+
+def plot_dynamics(dynamics: dict, facets: dict[int, list[list[str]]], out: Path) -> Path:
+    """``dynamics.png`` from :func:`training_dynamics`: one row per G and panel of arms
+    (:func:`arm_facets`), one panel per metric that some arm logged, one colour per place in the
+    panel; a metric an arm did not log has no line for it, and a panel none of its arms logged
+    says so."""
+    from rlkit.plotting import STANDARD_CURVES, new_figure, save_figure
 
     titles = STANDARD_CURVES | {
         "grad_norm": "grad norm (before clipping)",
         "clip_ratio/region_mean": "clip fraction (tokens)",
     }
-    series = dynamics["series"]
-    metrics = [m for m in DYNAMICS if any(s["metric"] == m for s in series)]
-    sizes = sorted({s["group_size"] for s in series})
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(
-            len(sizes), len(metrics), figsize=(3.8 * len(metrics), 3.0 * len(sizes)), squeeze=False
-        )
-        for g, row in zip(sizes, axes):
+    series = {(s["arm"], s["group_size"], s["metric"]): s for s in dynamics["series"]}
+    metrics = [m for m in DYNAMICS if any(key[2] == m for key in series)]
+    rows = [(g, k, facet) for g, parts in facets.items() for k, facet in enumerate(parts)]
+    fig, axes = new_figure(len(rows), len(metrics), (3.8, 3.0))
+    with _style():
+        for (g, k, facet), row in zip(rows, axes):
             for metric, ax in zip(metrics, row):
-                for s in series:
-                    if (s["group_size"], s["metric"]) == (g, metric):
-                        _draw_band(ax, s, _arm_colour(arms, s["arm"]), s["arm"])
-                ax.set(title=f"{titles[metric]}, G = {g}", xlabel="step")
+                title = f"{titles[metric]}, G = {g}{_part(k, facets[g])}"
+                drawn = [series[arm, g, metric] for arm in facet if (arm, g, metric) in series]
+                if not drawn:
+                    _no_data(ax, title, "not logged by these arms")
+                    continue
+                for s in drawn:
+                    _draw_band(ax, s, _colour(facet, s["arm"]), s["arm"])
+                ax.set(title=title, xlabel="step")
                 ax.legend()
         fig.suptitle(f"training dynamics: {dynamics['band']}")
-        return _save(fig, out)
+    return save_figure(fig, out)
+
+
+def draw_summary_figures(summary: dict, out: Path) -> list[Path]:
+    """``curves.png`` and (when some arm logged a training signal) ``dynamics.png`` of a summary,
+    into the folder ``out``: what ``rlkit report`` draws, and ``rlkit figures`` redraws from a
+    committed summary.json (``accuracy_vs_tokens.png`` needs the runs)."""
+    facets = arm_facets(summary["curves"], summary["baseline"])
+    drawn = [
+        plot_learning_curves(summary["curves"], facets, summary["baseline"], out / CURVES_FIGURE)
+    ]
+    if summary["dynamics"]["series"]:
+        drawn.append(plot_dynamics(summary["dynamics"], facets, out / DYNAMICS_FIGURE))
+    return drawn
+
+
+def redraw_figures(results_dir: str | Path) -> list[Path]:
+    """:func:`draw_summary_figures` of ``results_dir/summary.json`` (``rlkit figures``)."""
+    path = Path(results_dir) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
+    if "curves" not in summary:
+        raise ValueError(f"{path} has no curves (written before rlkit report drew them)")
+    return draw_summary_figures(summary, path.parent)
 
 
 def curves_markdown(summary: dict) -> list[str]:
@@ -596,6 +688,15 @@ def curves_markdown(summary: dict) -> list[str]:
         if baseline
         else ""
     )
+    others = {
+        (s["group_size"], s["vs_baseline"]["vs"])
+        for s in summary["curves"]["series"]
+        if s["vs_baseline"] and s["vs_baseline"].get("vs", baseline) != baseline
+    }
+    if others:  # paired_control: at a G without the baseline, a claim's comparison arm
+        paired += " The control where the baseline did not run, as the claims pair them: " + (
+            ", ".join(f"{vs} at G = {g}" for g, vs in sorted(others)) + "."
+        )
     lines = [
         f"Learning curves (`{CURVES_FIGURE}`): held-out greedy accuracy and Pass@1 against step, "
         f"{summary['curves']['band']}, at the steps every seed of the arm evaluated.{paired} "
@@ -758,7 +859,7 @@ def write_report(
         summary["manipulation"] = manipulation_checks(runs, manipulation)
     if claims:
         summary["claims"] = judge_claims(summary, claims)
-    summary["curves"] = learning_curves(runs, summary["baseline"])
+    summary["curves"] = learning_curves(runs, summary["baseline"], claims)
     summary["dynamics"] = training_dynamics(runs)
     try:  # every file is built before the first is written
         files = summary_files(summary, missing)
@@ -766,11 +867,9 @@ def write_report(
         raise ValueError(f"{sweep_dir}: the summary holds a non-finite number ({err})") from None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        plot_accuracy_vs_tokens(runs, metric, out / FIGURE)
-        arms = list(dict.fromkeys(run["arm"] for run in manifest["runs"]))
-        plot_learning_curves(summary["curves"], arms, summary["baseline"], out / CURVES_FIGURE)
-        if summary["dynamics"]["series"]:
-            plot_dynamics(summary["dynamics"], arms, out / DYNAMICS_FIGURE)
+        facets = arm_facets(summary["curves"], summary["baseline"])
+        plot_accuracy_vs_tokens(runs, metric, facets, out / FIGURE)
+        draw_summary_figures(summary, out)
         for name, text in files.items():
             write_atomically(out / name, lambda tmp, text=text: tmp.write_text(text, newline=""))
     except OSError as err:

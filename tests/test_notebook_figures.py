@@ -1,10 +1,19 @@
-"""notebooks/execute_full.py: the check that README figures are quoted from notebook outputs."""
+"""notebooks/execute_full.py: the check that README figures are quoted from notebook outputs;
+the committed report figures (results/*/curves.png, dynamics.png) drawn whole from their
+summary.json."""
 
 import importlib.util
+import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import nbformat
 import pytest
+from figure_checks import empty_panels, overlapping_texts
+from PIL import Image
+
+from rlkit import plotting, report
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("execute_full", ROOT / "notebooks/execute_full.py")
@@ -89,3 +98,53 @@ def test_every_notebook_row_that_quotes_is_checked():
     quoting = {line.split("`")[1] for line in rows if line.count("`") > 2 and line[3:5].isdigit()}
     assert "10_smollm2_word_problems" in quoting
     assert quoting <= set(execute_full.quoted_figures())
+
+
+SUMMARIES = sorted((ROOT / "results").glob("*/summary.json"))
+
+
+@pytest.mark.parametrize("summary_json", SUMMARIES, ids=lambda p: p.parent.name)
+def test_each_committed_figure_draws_every_series_and_no_text_over_another(
+    summary_json, tmp_path, monkeypatch
+):
+    """curves.png and dynamics.png, redrawn from the committed summary.json as `rlkit figures`
+    draws them: every series the summary holds is a line, a panel is empty only where the summary
+    has nothing for it (and says so), no text runs into another, and the committed PNG has the
+    redrawn figure's size (it was redrawn after the last change of layout)."""
+    figures, save = {}, plotting.save_figure
+
+    def keep(fig, out):
+        figures[Path(out).name] = fig
+        return save(fig, out)
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    summary = json.loads(summary_json.read_text())
+    report.draw_summary_figures(summary, tmp_path)
+    lines = {
+        name: Counter(
+            (ax.get_title(), line.get_label())
+            for ax in fig.axes
+            for line in ax.get_lines()
+            if not line.get_label().startswith("_")
+        )
+        for name, fig in figures.items()
+    }
+    curves = summary["curves"]["series"]
+    drawn = lines[report.CURVES_FIGURE]
+    for s in curves:
+        name, g = s["metric"].removeprefix("eval/"), s["group_size"]
+        assert any(t.startswith(f"{name}, G = {g}") and arm == s["arm"] for t, arm in drawn), s
+    differences = sum(n for (title, _), n in drawn.items() if title.startswith("arm − "))
+    assert differences == sum(bool(s["vs_baseline"]) for s in curves)
+    if report.DYNAMICS_FIGURE in lines:  # a control leads each panel of arms: once per G
+        panels = {
+            (re.sub(r" \(\d+/\d+\)$", "", t), arm) for t, arm in lines[report.DYNAMICS_FIGURE]
+        }
+        assert len(panels) == len(summary["dynamics"]["series"])
+    for name, fig in figures.items():
+        assert empty_panels(fig) == [], name
+        assert overlapping_texts(fig) == [], name
+        committed = Image.open(summary_json.parent / name).size
+        assert committed == Image.open(tmp_path / name).size, (
+            f"{name}: rlkit figures {summary_json.parent}"
+        )

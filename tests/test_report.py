@@ -34,6 +34,7 @@ from rlkit.report import (
 )
 from rlkit.tasks.loader import load_problems
 
+ROOT = Path(__file__).resolve().parent.parent
 SEEDS = [0, 1, 2, 3, 4]
 GAIN = {"A": [0.10, 0.12, 0.08, 0.11, 0.09], "B": [0.15, 0.16, 0.12, 0.18, 0.14]}
 
@@ -626,3 +627,44 @@ def test_committed_summaries_hold_the_spec_hash_git_gives():
         if shown.returncode:  # a copy without the history: nothing to compare
             continue
         assert hashlib.sha256(shown.stdout).hexdigest() == pre["spec_sha256"], path
+
+
+def test_an_arm_whose_g_the_baseline_did_not_run_is_paired_with_its_claims_control(
+    tmp_path, sweep_dir
+):
+    # results/22_ebpo_hard_32: the baseline is GRPO_G4, and EBPO_G2's claim is vs GRPO_G2; its
+    # curves were paired with nothing (an empty panel titled "arm − GRPO_G4")
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    for arm, gains in (("A2", GAIN["A"]), ("B2", GAIN["B"][::-1])):
+        for seed, gain in zip(SEEDS, gains):
+            run_dir = sweep_dir / arm / "G2" / f"seed{seed}"
+            fake_run(run_dir, 0.5, 0.5 + gain, 100)
+            manifest["runs"].append(
+                {"arm": arm, "group_size": 2, "seed": seed, "dir": str(run_dir)}
+            )
+    claim = {"name": "B2 above A2", "arm": "B2", "vs": "A2", "test": "superiority"}
+    manifest["spec"]["claims"] = [claim | {"direction": 1, "margin": 0.01}]
+    (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
+    summary, _, md = summary_of(sweep_dir, tmp_path / "results")
+    curves = {(s["arm"], s["metric"]): s for s in summary["curves"]["series"]}
+    paired = curves["B2", "eval/greedy_accuracy"]["vs_baseline"]
+    assert paired["vs"] == "A2" and paired["seeds"] == SEEDS
+    gaps = np.subtract(GAIN["B"][::-1], GAIN["A"])
+    assert paired["mean"][-1] == pytest.approx(gaps.mean())
+    assert curves["B", "eval/greedy_accuracy"]["vs_baseline"]["vs"] == "A"
+    assert curves["A2", "eval/greedy_accuracy"]["vs_baseline"] is None
+    assert "where the baseline did not run, as the claims pair them: A2 at G = 2." in md
+
+
+def test_rlkit_figures_redraws_a_committed_summarys_figures(tmp_path, capsys):
+    committed, results = ROOT / "results/07_group_size", tmp_path / "07_group_size"
+    results.mkdir()
+    shutil.copy(committed / "summary.json", results)
+    assert main(["figures", str(results)]) == 0
+    assert capsys.readouterr().out.split() == [
+        str(results / "curves.png"),
+        str(results / "dynamics.png"),
+    ]
+    assert Image.open(results / "curves.png").size == Image.open(committed / "curves.png").size
+    assert main(["figures", str(tmp_path)]) == 2
+    assert "cannot read" in capsys.readouterr().err
