@@ -28,6 +28,7 @@ from rlkit import show_warnings_plainly
 def _train(args) -> None:
     from rlkit.config import load_config
     from rlkit.rundir import saved_config
+    from rlkit.tis import SamplerDivergenceError
     from rlkit.trainer import Trainer
     from rlkit.update import NonFiniteError
 
@@ -40,7 +41,7 @@ def _train(args) -> None:
     try:
         trainer = Trainer(cfg, resume=args.resume, overwrite=args.overwrite)
         evals = trainer.train()
-    except NonFiniteError as err:  # a clear stop, not a crash: report it like bad input
+    except (NonFiniteError, SamplerDivergenceError) as err:  # a clear stop, not a crash
         raise ValueError(str(err)) from None
     if trainer.dist.rank:  # several processes (torchrun): rank 0 reports
         return

@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from rlkit.paths import check_dir, check_link
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
-from rlkit.tis import resolve_tis_cap
+from rlkit.tis import DEFAULT_TIS_TRIPWIRE, resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -307,6 +308,9 @@ class LossConfig:
     # truncated importance sampling C (rlkit.tis): auto = 3 unless the sampler is the training
     # forward (rollout.engine=hf without rollout.generation_copy) | off | C > 0
     tis_cap: float | str = "auto"
+    # stop the run when a step's mean |sampler − trainer log-prob| exceeds this many nats
+    # (rlkit.tis.check_divergence): auto = 0.5 wherever sampler log-probs are recorded | off | x > 0
+    tis_tripwire: float | str = "auto"
 
     def __post_init__(self):
         _choice("loss.loss_mode", self.loss_mode, LOSS_MODES)
@@ -340,10 +344,12 @@ class LossConfig:
                     f"got {self.ratio_temperature!r}"
                 ) from None
             _positive("loss.ratio_temperature", self.ratio_temperature)
-        if isinstance(self.tis_cap, str):
-            _choice("loss.tis_cap", self.tis_cap, ("auto", "off"))
-        else:
-            _positive("loss.tis_cap", self.tis_cap)
+        for key in ("tis_cap", "tis_tripwire"):
+            value = getattr(self, key)
+            if isinstance(value, str):
+                _choice(f"loss.{key}", value, ("auto", "off"))
+            else:
+                _positive(f"loss.{key}", value)
 
 
 @dataclass
@@ -628,6 +634,18 @@ class _StrictLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+# YAML 1.2's booleans: true and false alone. PyYAML follows YAML 1.1, where on/off/yes/no are
+# booleans too, so `loss.tis_cap=off` would reach the config as False instead of "off".
+_BOOL = "tag:yaml.org,2002:bool"
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
     seen = set()
     for key_node, _ in node.value:
@@ -755,6 +773,14 @@ def check_combination(cfg: TrainConfig) -> None:
         )
     if ignored := ignored_settings(cfg):
         raise ValueError(ignored[0])
+
+
+def run_tis_tripwire(cfg: TrainConfig) -> float | None:
+    """The run's divergence tripwire in nats (`rlkit.tis.check_divergence`), or None: where
+    :func:`run_tis_cap` records no sampler log-probs, or ``loss.tis_tripwire=off``."""
+    if run_tis_cap(cfg) is None or cfg.loss.tis_tripwire == "off":
+        return None
+    return DEFAULT_TIS_TRIPWIRE if cfg.loss.tis_tripwire == "auto" else cfg.loss.tis_tripwire
 
 
 def run_tis_cap(cfg: TrainConfig) -> float | None:
@@ -1024,6 +1050,15 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "set algo.estimator=dpo or leave the dpo section out",
         ),
         (
+            "loss",
+            cfg.loss,
+            ("tis_tripwire",),
+            estimator != "dpo" and run_tis_cap(cfg) is None,
+            f"loss.tis_cap={cfg.loss.tis_cap} with rollout.engine={ro.engine}: no sampler "
+            "log-probs are recorded, so there is no mismatch to watch",
+            "set loss.tis_cap to a number (or rollout.engine=hf_static) or leave it at its default",
+        ),
+        (
             "dpo",
             cfg.dpo,
             ("offline_batches",),
@@ -1034,7 +1069,16 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         (
             "loss",
             cfg.loss,
-            ("eps_low", "eps_high", "dual_clip", "kl_coef", "loss_agg", "loss_mode", "tis_cap"),
+            (
+                "eps_low",
+                "eps_high",
+                "dual_clip",
+                "kl_coef",
+                "loss_agg",
+                "loss_mode",
+                "tis_cap",
+                "tis_tripwire",
+            ),
             estimator == "dpo",
             "algo.estimator=dpo: its preference loss on sequence log-probs replaces the clipped "
             "surrogate, its KL term, token aggregation and importance weights (β is dpo.beta)",

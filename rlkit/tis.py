@@ -20,6 +20,11 @@ bitsandbytes' kernels). HF ``generate`` on the training weights *is* the trainin
 nothing is recorded and nothing changes. The
 mismatch is logged under TRL's names (``sampling/sampling_logp_difference/*``,
 ``sampling/importance_sampling_ratio/*``) plus the share of clipped tokens.
+
+TRL and verl only log the mismatch. rlkit also stops a run whose mismatch says the sampler is
+broken (a wrong engine, a stale adapter, a kernel bug: :func:`check_divergence`,
+``loss.tis_tripwire``), before the step is logged or saved, so the last checkpoint is the last
+good policy.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from __future__ import annotations
 import torch
 
 DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_clip_max
+# loss.tis_tripwire=auto: a mean gap of half a nat a token means the sampler draws from another
+# policy; a correct sampler's is orders of magnitude below (bf16 LoRA and the static loop: about
+# 1e-3, benchmarks/README.md's gate on the CPU)
+DEFAULT_TIS_TRIPWIRE = 0.5
 # Engines whose sampling forward is the training model's own (HF generate): no correction.
 SAME_FORWARD_ENGINES = ("hf",)
 
@@ -86,3 +95,37 @@ def mismatch_metrics(
             (ratio > cap).to(dtype).mean()
         ),
     }
+
+
+class SamplerDivergenceError(RuntimeError):
+    """The sampler's log-probs of the tokens it drew left the trainer's by more than
+    ``loss.tis_tripwire`` (:func:`check_divergence`)."""
+
+
+def check_divergence(
+    old_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    tripwire: float,
+    dist,
+    step: int,
+) -> None:
+    """Raise :class:`SamplerDivergenceError` naming ``step`` (1-based) when the mean
+    |log π_old − log π_s| over every rank's real tokens with a sampler log-prob exceeds
+    ``tripwire`` nats. The sum and count are reduced over the ranks (``dist``,
+    `rlkit.dist.Collective`), so every rank decides alike and none waits on another."""
+    known = mask.bool() & ~torch.isnan(sampler_logp)
+    gap = (old_logp - sampler_logp)[known].abs().double()
+    local = torch.stack([gap.sum(), torch.tensor(gap.numel(), dtype=torch.float64)])
+    total, count = dist.all_reduce_sum(local.to(mask.device)).tolist()
+    mean = total / max(count, 1.0)
+    if mean > tripwire:
+        raise SamplerDivergenceError(
+            f"step {step}: the sampler's log-probs of its own tokens differ from the trainer's by "
+            f"{mean:.3g} nats a token on average (over {int(count)} tokens; largest on this "
+            f"process {float(gap.max()):.3g}), above loss.tis_tripwire={tripwire:g}: the "
+            "sampler draws from another policy (a wrong engine, a stale adapter, a kernel bug). "
+            "The run stopped before logging or saving this step; its last checkpoint holds the "
+            "last good policy. Check rollout.engine and its options, or set "
+            "loss.tis_tripwire=off to train on"
+        )

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
-from rlkit.config import TrainConfig, run_tis_cap
+from rlkit.config import TrainConfig, run_tis_cap, run_tis_tripwire
 from rlkit.dist import Collective
 from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
 from rlkit.logprobs import PassPlan, PolicyForward
@@ -37,7 +37,7 @@ from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.ppo import clipped_value_loss
 from rlkit.rollout import NonFiniteScoresError
-from rlkit.tis import importance_weights, mismatch_metrics
+from rlkit.tis import check_divergence, importance_weights, mismatch_metrics
 
 CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac"]  # verl's names
 
@@ -158,6 +158,7 @@ class PolicyUpdate:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self.guard = NonFiniteGuard(cfg.optim.max_nonfinite_skips, cfg.optim.lr)
         self.tis_cap = run_tis_cap(cfg)
+        self.tis_tripwire = run_tis_tripwire(cfg)
 
     @property
     def lr(self) -> float:
@@ -298,6 +299,8 @@ class PolicyUpdate:
         stats = means.result()
         if self.tis_cap is not None:
             stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.tis_cap)
+        if self.tis_tripwire is not None:
+            check_divergence(old.logp, sampler_logp, mask, self.tis_tripwire, self.dist, step + 1)
         return UpdateResult(stats, old)
 
     def optimizer_step(

@@ -328,3 +328,13 @@ def test_a_setting_another_one_switches_off_is_refused_naming_both(preset, overr
 )
 def test_each_parameter_from_one_source_loads(overrides):
     load_config("qwen3-8b-qlora", overrides)
+
+
+def test_off_is_a_word_and_only_true_or_false_a_boolean():
+    """YAML 1.2's booleans: ``loss.tis_cap=off`` is the setting's word "off" (YAML 1.1, PyYAML's
+    default, would make it False and refuse it), and ``off`` for a true/false setting is refused
+    naming the key."""
+    cfg = load_config("tiny-cpu", ["loss.tis_cap=off", "tensorboard=False"])
+    assert (cfg.loss.tis_cap, cfg.tensorboard) == ("off", False)
+    with pytest.raises(ValueError, match="tensorboard must be true or false, got 'off'"):
+        load_config("tiny-cpu", ["tensorboard=off"])

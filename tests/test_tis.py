@@ -11,6 +11,7 @@ from rlkit.config import load_config
 from rlkit.logprobs import sequence_logprobs
 from rlkit.metrics import read_metrics
 from rlkit.rollout import concat_rollouts, generate_rollouts
+from rlkit.static_decode import static_generate
 from rlkit.tis import DEFAULT_TIS_CAP, importance_weights, mismatch_metrics, resolve_tis_cap
 from rlkit.trainer import Trainer
 from tests.test_trainer import make_config
@@ -152,3 +153,52 @@ def test_a_token_without_sampler_logprob_weighs_one_and_counts_as_trl_counts_it(
     none = mismatch_metrics(old[:, :2], torch.full((1, 2), math.nan), mask[:, :2], cap=3.0)
     assert none["sampling/sampling_logp_difference/max"] == 0.0
     assert none["sampling/importance_sampling_ratio/mean"] == 1.0
+
+
+def test_a_sampler_that_draws_from_another_policy_stops_the_run_keeping_the_last_checkpoint(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    """loss.tis_tripwire (auto: 0.5 nats): from the second step on the static loop's recorded
+    log-probs are made 1 nat off, as a sampler drawing from another policy's; the run stops at
+    step 2 naming the mismatch, before step 2 is logged or checkpointed."""
+    import rlkit.rollout
+    from rlkit.cli import main
+    from tests.test_trainer import tiny_overrides
+
+    calls = []
+
+    def broken_after_the_first_step(*args, **kwargs):
+        tokens, logp = static_generate(*args, **kwargs)
+        calls.append(logp is not None)  # sampling calls (evaluation decodes greedily)
+        return tokens, (logp if logp is None or sum(calls) == 1 else logp - 1.0)
+
+    monkeypatch.setattr(rlkit.rollout, "static_generate", broken_after_the_first_step)
+    overrides = ["rollout.engine=hf_static", "steps=3", "checkpoint_every=1", "eval.at_start=false"]
+    assert main(["train", *tiny_overrides(tmp_path, tiny_model_dir, *overrides)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "step 2: the sampler's log-probs of its own tokens differ from the trainer's by 1 nats"
+        in err
+    )
+    assert "loss.tis_tripwire=0.5" in err and "Traceback" not in err
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000001"]
+
+
+def test_the_tripwire_can_be_set_or_switched_off_and_is_refused_where_nothing_is_recorded(
+    tmp_path, tiny_model_dir
+):
+    from rlkit.config import run_tis_tripwire
+
+    static = ("rollout.engine=hf_static",)
+    assert run_tis_tripwire(make_config(tmp_path, tiny_model_dir, *static)) == 0.5
+    assert run_tis_tripwire(make_config(tmp_path, tiny_model_dir)) is None  # hf: nothing recorded
+    set_to = make_config(tmp_path, tiny_model_dir, *static, "loss.tis_tripwire=0.1")
+    assert run_tis_tripwire(set_to) == 0.1
+    off = make_config(tmp_path, tiny_model_dir, *static, "loss.tis_tripwire=off")
+    assert run_tis_tripwire(off) is None
+    for bad, message in (("-1", "must be"), ("never", "loss.tis_tripwire")):
+        with pytest.raises(ValueError, match=message):
+            make_config(tmp_path, tiny_model_dir, f"loss.tis_tripwire={bad}")
+    with pytest.raises(ValueError, match="loss.tis_tripwire.*no sampler log-probs are recorded"):
+        make_config(tmp_path, tiny_model_dir, "loss.tis_tripwire=0.1")
