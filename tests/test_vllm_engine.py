@@ -258,7 +258,10 @@ def test_rows_get_their_temperature_and_the_current_adapter(tiny_model_dir, fake
 
 def test_a_training_step_runs_on_vllm_rollouts(tmp_path, tiny_model_dir, fake_vllm):
     llm, inits = fake_vllm
-    trainer = Trainer(config(tmp_path, tiny_model_dir, "loss.kl_coef=0.1"))
+    # the fake's log-probs are not the policy's, by nats: the tripwire would stop the run
+    # (tests/test_tis.py), so it is off here
+    overrides = ("loss.kl_coef=0.1", "loss.tis_tripwire=off")
+    trainer = Trainer(config(tmp_path, tiny_model_dir, *overrides))
     digits = trainer.policy.tokenizer.convert_tokens_to_ids(list("0123456789"))
     eos = trainer.policy.tokenizer.eos_token_id
     llm.script = [([digits[i], digits[(i * 3) % 10], eos], "stop") for i in range(10)]
