@@ -31,7 +31,7 @@ from rlkit.paths import check_dir, check_link
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
-from rlkit.tis import DEFAULT_TIS_TRIPWIRE, resolve_tis_cap
+from rlkit.tis import DEFAULT_TIS_TRIPWIRE, TIS_MODES, resolve_tis_cap
 
 PRESET_DIR = Path(__file__).parent / "configs"
 BUILTIN_MODEL = "builtin:tiny"
@@ -308,6 +308,9 @@ class LossConfig:
     # truncated importance sampling C (rlkit.tis): auto = 3 unless the sampler is the training
     # forward (rollout.engine=hf without rollout.generation_copy) | off | C > 0
     tis_cap: float | str = "auto"
+    # how the weights use C (rlkit.tis.importance_weights; TRL 1.16's
+    # vllm_importance_sampling_mode): token_truncate | token_mask | sequence_truncate | sequence_mask
+    tis_mode: str = "token_truncate"
     # stop the run when a step's mean |sampler − trainer log-prob| exceeds this many nats
     # (rlkit.tis.check_divergence): auto = 0.5 wherever sampler log-probs are recorded | off | x > 0
     tis_tripwire: float | str = "auto"
@@ -344,6 +347,7 @@ class LossConfig:
                     f"got {self.ratio_temperature!r}"
                 ) from None
             _positive("loss.ratio_temperature", self.ratio_temperature)
+        _choice("loss.tis_mode", self.tis_mode, TIS_MODES)
         for key in ("tis_cap", "tis_tripwire"):
             value = getattr(self, key)
             if isinstance(value, str):
@@ -1052,10 +1056,10 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         (
             "loss",
             cfg.loss,
-            ("tis_tripwire",),
+            ("tis_mode", "tis_tripwire"),
             estimator != "dpo" and run_tis_cap(cfg) is None,
             f"loss.tis_cap={cfg.loss.tis_cap} with rollout.engine={ro.engine}: no sampler "
-            "log-probs are recorded, so there is no mismatch to watch",
+            "log-probs are recorded, so there is no mismatch to weigh or watch",
             "set loss.tis_cap to a number (or rollout.engine=hf_static) or leave it at its default",
         ),
         (
@@ -1077,6 +1081,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
                 "loss_agg",
                 "loss_mode",
                 "tis_cap",
+                "tis_mode",
                 "tis_tripwire",
             ),
             estimator == "dpo",

@@ -58,12 +58,35 @@ def resolve_tis_cap(
     return float(tis_cap)
 
 
+# loss.tis_mode: TRL 1.16's vllm_importance_sampling_mode values (with its upper bound C alone)
+TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
 def importance_weights(
-    old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float
+    old_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+    mode: str = "token_truncate",
 ) -> torch.Tensor:
-    """Per-token min(exp(log π_old − log π_s), C), detached: a weight, never a gradient path.
-    A NaN sampler log-prob (a token the engine returned none for) gets weight 1."""
-    return torch.exp(torch.nan_to_num(old_logp.detach() - sampler_logp, nan=0.0)).clamp(max=cap)
+    """The detached importance weights of ``mode`` (a weight, never a gradient path), as TRL
+    1.16's ``GRPOTrainer`` computes them for ``vllm_importance_sampling_mode`` with
+    ``vllm_importance_sampling_clip_max`` = C and no lower bound:
+
+    - ``token_*``: one ratio a token, r_t = exp(log π_old(y_t) − log π_s(y_t)), [B, L];
+    - ``sequence_*``: one ratio a sequence, exp(Σ_t over ``mask`` of the same differences),
+      [B, 1] (every token of the row gets it);
+    - ``*_truncate``: min(r, C); ``*_mask``: r where r ≤ C, 0 above (the token or the whole
+      sequence leaves the loss).
+
+    A NaN sampler log-prob (a token the engine returned none for) adds 0 to the log-ratio."""
+    delta = torch.nan_to_num(old_logp.detach() - sampler_logp, nan=0.0)
+    if mode.startswith("sequence"):
+        delta = (delta * mask).sum(dim=-1, keepdim=True)
+    ratio = torch.exp(delta)
+    if mode.endswith("truncate"):
+        return ratio.clamp(max=cap)
+    return ratio.masked_fill(ratio > cap, 0.0)
 
 
 def mismatch_metrics(

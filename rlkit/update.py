@@ -249,7 +249,11 @@ class PolicyUpdate:
                         )
                         if self.tis_cap is not None:  # rlkit.tis: the sampler is not π_old
                             loss_tok = loss_tok * importance_weights(
-                                old_logp, sub.rollouts.sampler_logp, self.tis_cap
+                                old_logp,
+                                sub.rollouts.sampler_logp,
+                                m,
+                                self.tis_cap,
+                                cfg.loss.tis_mode,
                             )
                         kl = None
                         if sub.ref_logp is not None:

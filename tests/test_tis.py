@@ -35,7 +35,7 @@ def test_weights_and_metrics_hand_example():
     )
     sampler = torch.zeros(2, 3, dtype=torch.float64)
     mask = torch.tensor([[True, True, True], [True, True, False]])
-    weights = importance_weights(old, sampler, cap=3.0)
+    weights = importance_weights(old, sampler, mask, cap=3.0)
     expected = torch.tensor([[1.0, 2.0, 3.0], [0.5, 1.0, 3.0]], dtype=torch.float64)
     assert torch.allclose(weights, expected, rtol=0, atol=1e-15)
     metrics = mismatch_metrics(old, sampler, mask, cap=3.0)
@@ -56,7 +56,7 @@ def test_weights_and_metrics_hand_example():
 
 def test_weights_carry_no_gradient_to_old_logprobs():
     old = torch.zeros(1, 2, requires_grad=True)
-    assert not importance_weights(old, torch.zeros(1, 2), cap=2.0).requires_grad
+    assert not importance_weights(old, torch.zeros(1, 2), torch.ones(1, 2), cap=2.0).requires_grad
 
 
 def test_tis_cap_resolution_and_validation():
@@ -136,7 +136,7 @@ def test_a_token_without_sampler_logprob_weighs_one_and_counts_as_trl_counts_it(
     old = torch.tensor([[math.log(2.0), -1.0, math.log(8.0), 5.0]], dtype=torch.float64)
     sampler = torch.tensor([[0.0, math.nan, 0.0, math.nan]], dtype=torch.float64)
     mask = torch.tensor([[True, True, True, False]])  # the last token is padding
-    assert importance_weights(old, sampler, cap=3.0).tolist() == [[2.0, 1.0, 3.0, 1.0]]
+    assert importance_weights(old, sampler, mask, cap=3.0).tolist() == [[2.0, 1.0, 3.0, 1.0]]
     metrics = mismatch_metrics(old, sampler, mask, cap=3.0)
     assert metrics == pytest.approx(
         {
@@ -202,3 +202,41 @@ def test_the_tripwire_can_be_set_or_switched_off_and_is_refused_where_nothing_is
             make_config(tmp_path, tiny_model_dir, f"loss.tis_tripwire={bad}")
     with pytest.raises(ValueError, match="loss.tis_tripwire.*no sampler log-probs are recorded"):
         make_config(tmp_path, tiny_model_dir, "loss.tis_tripwire=0.1")
+
+
+def test_the_four_modes_weigh_as_trl_1_16_does():
+    """TRL 1.16's ``vllm_importance_sampling_mode`` with clip_max C = 3 and no clip_min
+    (``GRPOTrainer._generate_and_score_completions``): token modes weigh each token by its own
+    ratio, sequence modes every token of a row by exp(Σ masked log-ratios); ``truncate`` caps at
+    C, ``mask`` zeroes what is above C. Row 0's tokens: ratios 1, 2, 4 (sequence 8); row 1's:
+    0.5, 1 and padding (sequence 0.5); row 2's: 2, 1.25 (sequence 2.5), its NaN counting 0."""
+    ln = math.log
+    old = torch.tensor(
+        [[0.0, ln(2.0), ln(4.0)], [-ln(2.0), 0.0, 7.0], [ln(2.0), ln(1.25), 3.0]],
+        dtype=torch.float64,
+    )
+    sampler = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, math.nan]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    expected = {
+        "token_truncate": [[1, 2, 3], [0.5, 1, 3], [2, 1.25, 1]],
+        "token_mask": [[1, 2, 0], [0.5, 1, 0], [2, 1.25, 1]],
+        "sequence_truncate": [[3] * 3, [0.5] * 3, [2.5] * 3],
+        "sequence_mask": [[0] * 3, [0.5] * 3, [2.5] * 3],
+    }
+    for mode, want in expected.items():
+        got = importance_weights(old, sampler, mask, 3.0, mode).expand(3, 3)
+        assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-12), mode
+
+
+@pytest.mark.parametrize("mode", ["token_mask", "sequence_truncate", "sequence_mask"])
+def test_a_run_trains_in_every_mode_and_a_mode_is_refused_where_nothing_is_weighed(
+    tmp_path, tiny_model_dir, mode
+):
+    overrides = ("rollout.engine=hf_static", f"loss.tis_mode={mode}")
+    Trainer(make_config(tmp_path, tiny_model_dir, *overrides)).train()
+    row = read_metrics(tmp_path)[-1]
+    assert row["sampling/sampling_logp_difference/mean"] < 1e-4  # float32 rounding
+    with pytest.raises(ValueError, match="loss.tis_mode.*no sampler log-probs are recorded"):
+        make_config(tmp_path / "hf", tiny_model_dir, f"loss.tis_mode={mode}")
+    with pytest.raises(ValueError, match="loss.tis_mode"):
+        make_config(tmp_path / "bad", tiny_model_dir, "loss.tis_mode=sequence")
