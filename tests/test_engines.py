@@ -18,12 +18,11 @@ stream); and the sampler's recorded log-probs within ``LOGP_TOL`` of the trainin
 (`rlkit.logprobs.sequence_logprobs`), float32 throughout.
 
 This module runs in CI at both ends of the transformers range pyproject.toml states (Makefile:
-``test-engines``), since the static loop's cache is what changes between releases.
+``test-engines-oldest``), since the static loop's cache is what changes between releases.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
 import types
@@ -107,14 +106,10 @@ def case_id(case: tuple[str, str, bool, bool]) -> str:
     return "-".join([model, engine] + ["fuse_lora"] * fuse + ["generation_copy"] * copy)
 
 
-@contextlib.contextmanager
-def replayed_capture(monkeypatch, graph: bool):
-    """``hf_static`` captures its decode step as on CUDA (`ReplayedStep`) when ``graph``."""
-    if graph:
-        monkeypatch.setattr(
-            static_decode, "step_graph_for", lambda device: static_decode.ReplayedStep
-        )
-    yield
+def replay_the_capture(monkeypatch) -> None:
+    """From here to the test's end, ``hf_static`` captures its decode step as on CUDA, by
+    `ReplayedStep` (the CPU has no CUDA graph)."""
+    monkeypatch.setattr(static_decode, "step_graph_for", lambda device: static_decode.ReplayedStep)
 
 
 def sample(policy: Policy, engine: str, greedy: bool, **options):
@@ -154,8 +149,9 @@ def test_every_engine_decodes_hf_generates_tokens(case, policies, references, mo
         generation_copy=GenerationCopy(policy.model) if copy else None,
         fuse_lora=fuse,
     )
-    graph = engine == "hf_static_graph"
-    with replayed_capture(monkeypatch, graph), collector.sampling_weights():
+    if engine == "hf_static_graph":
+        replay_the_capture(monkeypatch)
+    with collector.sampling_weights():
         greedy = sample(policy, engine.removesuffix("_graph"), greedy=True)
         sampled = sample(policy, engine.removesuffix("_graph"), greedy=False)
     for batch, reference in (
@@ -202,8 +198,8 @@ def test_the_replayed_capture_catches_a_cache_that_counts_its_own_writes(
     monkeypatch.setattr(static_decode, "StaticKV", CountingKV)
     policy, reference = policies["full"], references["full", True]
     assert torch.equal(sample(policy, "hf_static", greedy=True).input_ids, reference.input_ids)
-    with replayed_capture(monkeypatch, graph=True):
-        replayed = sample(policy, "hf_static", greedy=True)
+    replay_the_capture(monkeypatch)
+    replayed = sample(policy, "hf_static", greedy=True)
     completion = slice(reference.prompt_length, None)
     differs = replayed.input_ids[:, completion] != reference.input_ids[:, completion]
     assert bool(differs.any(dim=1).all())  # every row decodes wrong tokens
