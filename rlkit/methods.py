@@ -539,3 +539,17 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
         adaptive_clip=agpo.adaptive_clip,
         dist=dist,
     )
+
+
+def method_switches(cfg: TrainConfig) -> dict[str, bool]:
+    """Which of the methods' mechanisms ``cfg`` switches on, by name, for code that describes
+    runs without building them (`rlkit.reanalysis`' one manipulation rule per mechanism): EBPO's
+    shrinkage, AGPO's adaptive clip and adaptive temperature, Dr. GRPO's normalisation. Read here,
+    beside :func:`build_method`, so the methods' config has one reader."""
+    agpo = cfg.algo.estimator == "agpo" and cfg.agpo.enabled
+    return {
+        "ebpo": cfg.algo.estimator == "ebpo",
+        "agpo_adaptive_clip": agpo and cfg.agpo.adaptive_clip,
+        "agpo_adaptive_temperature": agpo and cfg.agpo.adaptive_temperature,
+        "dr_grpo": cfg.algo.estimator == "dr_grpo",
+    }

@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from rlkit.intervals import holm
+from rlkit.methods import method_switches
 from rlkit.report import ALPHA, claim_verdict, summary_row
 from rlkit.sweep import ManipulationCheck
 
@@ -140,19 +141,17 @@ CLIP_BINDS = ManipulationCheck("clip_ratio/region_mean", "> 0.005")  # > 0.5% of
 MECHANISMS = (
     Mechanism(
         "EBPO's shrinkage",
-        lambda cfg: cfg.algo.estimator == "ebpo",
+        lambda cfg: method_switches(cfg)["ebpo"],
         (ManipulationCheck("ebpo/shrinkage_mean", "> 0.05"),),
     ),
     Mechanism(
         "AGPO's adaptive clip",
-        lambda cfg: cfg.algo.estimator == "agpo" and cfg.agpo.enabled and cfg.agpo.adaptive_clip,
+        lambda cfg: method_switches(cfg)["agpo_adaptive_clip"],
         (CLIP_BINDS,),
     ),
     Mechanism(
         "AGPO's temperature",
-        lambda cfg: (
-            cfg.algo.estimator == "agpo" and cfg.agpo.enabled and cfg.agpo.adaptive_temperature
-        ),
+        lambda cfg: method_switches(cfg)["agpo_adaptive_temperature"],
         (
             ManipulationCheck("agpo/temperature/max", "> 1.01"),
             ManipulationCheck("agpo/temperature/min", "< 0.99"),
@@ -164,7 +163,7 @@ MECHANISMS = (
         lambda cfg: cfg.rollout.dynamic_sampling,
         (ManipulationCheck("dapo/dropped_groups", "> 3.2"),),
     ),
-    Mechanism("Dr. GRPO's normalisation", lambda cfg: cfg.algo.estimator == "dr_grpo", ()),
+    Mechanism("Dr. GRPO's normalisation", lambda cfg: method_switches(cfg)["dr_grpo"], ()),
     Mechanism(
         "Clip-Cov",
         lambda cfg: cfg.loss.loss_mode == "clip_cov",

@@ -290,6 +290,7 @@ def test_conversions_started_side_by_side_convert_once(tmp_path, monkeypatch):
     source = tmp_path / "model.gguf"
     source.write_bytes(b"GGUF not really")
     monkeypatch.setattr(gguf, "check_gguf_available", lambda name: None)
+    monkeypatch.setattr(gguf, "_check_readable", lambda name, source: None)  # a stand-in file
     paths = []
     threads = [
         threading.Thread(target=lambda: paths.append(resolve_checkpoint(str(source), tmp_path)))
