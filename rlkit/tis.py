@@ -89,6 +89,15 @@ def importance_weights(
     return ratio.masked_fill(ratio > cap, 0.0)
 
 
+def logp_gap(
+    old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """|log π_old − log π_s| of every real token the sampler gave a log-prob for (a NaN: none),
+    flattened: what ``sampling_logp_difference/*`` and the tripwire average."""
+    known = mask.bool() & ~torch.isnan(sampler_logp)
+    return (old_logp - sampler_logp)[known].abs()
+
+
 def mismatch_metrics(
     old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float
 ) -> dict[str, float]:
@@ -99,8 +108,7 @@ def mismatch_metrics(
     fraction's denominator) with the weight 1 it trains with."""
     mask = mask.bool()
     delta = old_logp - sampler_logp
-    known = mask & ~torch.isnan(sampler_logp)
-    gap = delta[known].abs()
+    gap = logp_gap(old_logp, sampler_logp, mask)
     if gap.numel() == 0:
         gap = torch.zeros(1, dtype=old_logp.dtype, device=old_logp.device)
     ratio = torch.exp(torch.nan_to_num(delta, nan=0.0)[mask])
@@ -137,16 +145,16 @@ def check_divergence(
     |log π_old − log π_s| over every rank's real tokens with a sampler log-prob exceeds
     ``tripwire`` nats. The sum and count are reduced over the ranks (``dist``,
     `rlkit.dist.Collective`), so every rank decides alike and none waits on another."""
-    known = mask.bool() & ~torch.isnan(sampler_logp)
-    gap = (old_logp - sampler_logp)[known].abs().double()
+    gap = logp_gap(old_logp, sampler_logp, mask).double()
     local = torch.stack([gap.sum(), torch.tensor(gap.numel(), dtype=torch.float64)])
     total, count = dist.all_reduce_sum(local.to(mask.device)).tolist()
     mean = total / max(count, 1.0)
     if mean > tripwire:
+        largest = float(gap.max()) if gap.numel() else 0.0  # a rank can hold no such token
         raise SamplerDivergenceError(
             f"step {step}: the sampler's log-probs of its own tokens differ from the trainer's by "
             f"{mean:.3g} nats a token on average (over {int(count)} tokens; largest on this "
-            f"process {float(gap.max()):.3g}), above loss.tis_tripwire={tripwire:g}: the "
+            f"process {largest:.3g}), above loss.tis_tripwire={tripwire:g}: the "
             "sampler draws from another policy (a wrong engine, a stale adapter, a kernel bug). "
             "The run stopped before logging or saving this step; its last checkpoint holds the "
             "last good policy. Check rollout.engine and its options, or set "

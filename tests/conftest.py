@@ -31,11 +31,11 @@ configuration.set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 CHARACTERS = string.digits + "+-*/=() ?abcdefghijklmnopqrstuvwxyz"
 
 
-def build_tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 32) -> LlamaForCausalLM:
-    """A random 2-layer Llama (MLP width 2 x hidden); weights scaled up so sampling is far from
-    uniform."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
+def tiny_architecture(vocab_size: int, hidden_size: int = 32) -> dict:
+    """The tests' tiny decoder: 2 layers, 4 heads over 2 key/value heads, MLP width 2 x hidden,
+    rlkit's character tokenizer's special ids, weights scaled up so sampling is far from
+    uniform (keyword arguments for a transformers model config)."""
+    return dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -49,7 +49,12 @@ def build_tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 32) -> L
         eos_token_id=2,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(config).eval()
+
+
+def build_tiny_llama(vocab_size: int, seed: int = 0, hidden_size: int = 32) -> LlamaForCausalLM:
+    """A random :func:`tiny_architecture` Llama."""
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**tiny_architecture(vocab_size, hidden_size))).eval()
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,7 @@ from rlkit.generation_copy import GenerationCopy
 from rlkit.logprobs import sequence_logprobs
 from rlkit.models.loading import ModelSpec, Policy, load_policy
 from rlkit.rollout import generate_rollouts
+from tests.conftest import tiny_architecture
 from tests.test_fused_lora import randomize_lora_b
 from tests.test_qlora import qlora_spec
 
@@ -66,23 +67,9 @@ def policies(tiny_model_dir, tiny_4bit_model_dir, tiny_tokenizer) -> dict:
 
 
 def tiny_qwen3(vocab_size: int) -> Qwen3ForCausalLM:
+    """The tests' tiny Llama's shape as a Qwen3 (q/k norms; head_dim given, as Qwen3 asks)."""
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-        initializer_range=0.2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    return Qwen3ForCausalLM(config).eval()
+    return Qwen3ForCausalLM(Qwen3Config(**tiny_architecture(vocab_size), head_dim=8)).eval()
 
 
 def cases() -> list[tuple[str, str, bool, bool]]:
