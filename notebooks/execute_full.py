@@ -4,6 +4,11 @@
     python notebooks/execute_full.py 03_entropy_decay.ipynb
     python notebooks/execute_full.py --check-only    # only compare the README with the outputs
 
+After the notebooks (not with --check-only), one committed seed of each arm of the headline
+claims (the two that survive the project-wide Holm correction) is trained again under AVX2
+kernels (``rlkit reproduce --kernels avx2``, the kernels those sweeps ran on) and compared with its
+``summary.json``: a figure beyond the seeds' spread fails; identical or within it is reported.
+
 Each notebook runs in place, in its own folder (so figures land in notebooks/figures/), with
 RLKIT_NB_SCALE unset (full scale) and one thread; its outputs become the committed ones.
 
@@ -36,6 +41,13 @@ RESULTS = HERE.parent / "results"
 ROW = re.compile(r"^\|\s*`(\d\d_[a-z0-9_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
 GAP = "…"  # between a quote's parts: any text on the same output line
+# (results folder, arm, seed): the headline claims' arms, the first seed of each sweep
+HEADLINE_RUNS = [
+    ("22_ebpo", "EBPO", 0),
+    ("22_ebpo", "GRPO", 0),
+    ("22_ebpo_hard_32", "EBPO_G2", 16),
+    ("22_ebpo_hard_32", "GRPO_G2", 16),
+]
 
 
 def execute(path: Path) -> float:
@@ -114,6 +126,7 @@ def main(argv=None) -> int:
         for path in paths:
             print(f"{path.name}: executing at full scale ...", flush=True)
             print(f"{path.name}: done in {execute(path):.0f} s", flush=True)
+    failed = [] if args.check_only else reproduce_headline_runs()
     missing, stale = check_readme(), stale_line(README, RESULTS)
     if missing:
         print("README quotes not found on one line of the notebook outputs:", *missing, sep="\n  ")
@@ -124,7 +137,25 @@ def main(argv=None) -> int:
         print(f"README's verdict table is stale: {stale}")
     else:
         print("README: the pre-registered verdict table matches results/*/summary.json")
-    return 1 if missing or stale else 0
+    if failed:
+        print("Headline runs beyond the seeds' spread of their committed figures:", *failed)
+    return 1 if missing or stale or failed else 0
+
+
+def reproduce_headline_runs() -> list[str]:
+    """:data:`HEADLINE_RUNS` re-run and compared (:func:`rlkit.reproduce.reproduce`, from the
+    repository's root, where the summaries' spec paths point); the runs that fail."""
+    from rlkit.reproduce import reproduce
+
+    failed, cwd = [], os.getcwd()
+    os.chdir(HERE.parent)
+    try:
+        for name, arm, seed in HEADLINE_RUNS:
+            if reproduce(RESULTS / name, arm, seed, kernels="avx2"):
+                failed.append(f"{name} {arm} seed {seed}")
+    finally:
+        os.chdir(cwd)
+    return failed
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ rlkit sweep sweeps/SPEC.yaml                  # a resumable grid of runs (rlkit/
 rlkit report runs/sweeps/NAME                 # tables, figures, results/NAME/summary.*
 rlkit figures results/NAME [...]              # redraw curves.png, dynamics.png from summary.json
 rlkit verdicts [--check]                      # README's pre-registered verdicts table
+rlkit reproduce results/NAME --arm A --seed S # re-run one committed run, compare its figures
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
 
@@ -141,11 +142,13 @@ def _plot(args) -> None:
 def _demo(args) -> None:
     from rlkit.config import expand_path
     from rlkit.demo import run_demo
+    from rlkit.paths import check_dir
 
     repeated = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
     if repeated:  # one run directory per seed: a repeat would count one run twice
         raise ValueError(f"--seeds lists seed {repeated[0]} more than once")
     out = expand_path("--out", args.out)
+    check_dir("--out", out)
     try:
         table = run_demo(
             out,
@@ -199,6 +202,19 @@ def _verdicts(args) -> None:
         print(f"{args.readme}: verdict table regenerated from {args.results}/*/summary.json")
     else:
         print(f"{args.readme}: verdict table already up to date")
+
+
+def _reproduce(args) -> None:
+    from rlkit.reproduce import reproduce
+
+    status = reproduce(
+        args.results_dir, args.arm, args.seed, args.group_size, args.kernels, args.exact
+    )
+    if status:
+        raise SystemExit(
+            "rlkit reproduce: a figure differs "
+            + ("from the committed one" if args.exact else "by more than the seeds' spread")
+        )
 
 
 def _build_tiny(args) -> None:
@@ -306,6 +322,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="write nothing; fail if the table is stale"
     )
     verdicts.set_defaults(func=_verdicts)
+
+    rep = sub.add_parser(
+        "reproduce", help="re-run one committed run of a sweep and compare it with summary.json"
+    )
+    rep.add_argument("results_dir", help="results/NAME (its summary.json names the spec)")
+    rep.add_argument("--arm", required=True)
+    rep.add_argument("--seed", type=int, required=True)
+    rep.add_argument("--group-size", type=int, help="needed where the sweep has several")
+    rep.add_argument(
+        "--kernels",
+        default="native",
+        choices=["native", "avx2"],
+        help="avx2: limit PyTorch's, MKL's and oneDNN's CPU kernels to AVX2",
+    )
+    rep.add_argument("--exact", action="store_true", help="fail unless every figure is identical")
+    rep.set_defaults(func=_reproduce)
 
     build = sub.add_parser(
         "build-tiny", help="regenerate the built-in tiny policy (SFT warm start, about a minute)"

@@ -150,6 +150,9 @@ def preregistration(manifest: dict, sweep_dir: Path) -> dict:
     UTC time of its last fresh start with the spec's sha256 then (``starts.jsonl``,
     :func:`rlkit.sweep.log_start`; a resume keeps its start). ``spec_changed_after_start``: the
     runs that started under another version of the spec file than the one the sweep.json holds.
+    ``machines``: each distinct machine the runs' fresh starts recorded
+    (:func:`rlkit.machine.fingerprint`), and ``runs_machine`` each run's index in it (None where
+    its start recorded none), for a reader to know where a figure comes back exactly.
     A missing hash or start is None with the reason, never a guess."""
     starts = {}
     path = Path(sweep_dir) / STARTS
@@ -161,6 +164,11 @@ def preregistration(manifest: dict, sweep_dir: Path) -> dict:
     keys = [f"{r['arm']}/G{r['group_size']}/seed{r['seed']}" for r in manifest["runs"]]
     spec_hash = manifest.get("spec_sha256")
     unrecorded = [k for k in keys if k not in starts]
+    machines: list[dict] = []
+    for key in keys:
+        machine = starts.get(key, {}).get("machine")
+        if machine is not None and machine not in machines:
+            machines.append(machine)
     return {
         "spec_file": manifest["spec_file"],
         "spec_sha256": spec_hash,
@@ -176,6 +184,11 @@ def preregistration(manifest: dict, sweep_dir: Path) -> dict:
         "spec_changed_after_start": [
             k for k in keys if k in starts and starts[k]["spec_sha256"] != spec_hash
         ],
+        "machines": machines,
+        "runs_machine": {
+            k: machines.index(starts[k]["machine"]) if starts.get(k, {}).get("machine") else None
+            for k in keys
+        },
     }
 
 
@@ -198,7 +211,12 @@ def preregistration_markdown(pre: dict) -> list[str]:
         if changed
         else ""
     )
-    return [f"Pre-registration: spec `{pre['spec_file']}`, {spec}; {runs}.{amended}", ""]
+    machines = "".join(
+        f" Machine {i}: {m['cpu']}, torch kernels {m['torch_cpu_capability']}, "
+        f"{m.get('threads')} thread(s), kernel variables {m.get('kernel_variables') or 'none'}."
+        for i, m in enumerate(pre.get("machines") or [])
+    )
+    return [f"Pre-registration: spec `{pre['spec_file']}`, {spec}; {runs}.{amended}{machines}", ""]
 
 
 def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -1302,10 +1320,18 @@ def claim_verdicts(path: str | Path) -> dict[str, str]:
     """{claim name: verdict} of a committed ``summary.json``'s pre-registered claims, as
     ``rlkit report`` judged them (:func:`judge_claims`), for a notebook to assert the verdicts
     its text states. A ValueError names the file when it has no claims (a sweep without
-    ``claims`` in its spec, or a summary an older report wrote)."""
+    ``claims`` in its spec, or a summary an older report wrote), and the claim when one is not
+    an object with a ``name`` and a ``verdict``."""
     claims = json.loads(Path(path).read_text()).get("claims")
     if not claims:
         raise ValueError(f"{path} has no pre-registered claims (the spec's claims: rlkit report)")
+    for number, claim in enumerate(claims, 1):
+        missing = [k for k in ("name", "verdict") if not isinstance(claim, dict) or k not in claim]
+        if missing:
+            raise ValueError(
+                f"{path}: claim {number} lacks the field {missing[0]!r} (rlkit report writes "
+                "each claim's name and verdict; run it again on the sweep's runs)"
+            )
     return {c["name"]: c["verdict"] for c in claims}
 
 

@@ -104,6 +104,8 @@ from pathlib import Path
 
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
+from rlkit.machine import fingerprint
+from rlkit.paths import check_dir, check_link
 from rlkit.pool import default_workers, run_pool, train_run
 from rlkit.rundir import (
     RUN_FILES,
@@ -405,6 +407,7 @@ def _count(key: str, value, minimum: int) -> int:
 def parse_spec(path: str | Path) -> SweepSpec:
     """Read and check a spec file's own keys (the runs' overrides are checked by :func:`plan`)."""
     path = Path(path)
+    check_link("sweep spec", path)
     if not path.is_file():
         raise ValueError(f"sweep spec not found: {path}")
     data = read_yaml(str(path))
@@ -457,7 +460,8 @@ def _owned_keys(spec: SweepSpec) -> set[str]:
 
 def plan(spec: SweepSpec) -> list[Run]:
     """Every run of the grid with its validated config; a bad override is a ValueError naming
-    its arm (or ``overrides`` when shared)."""
+    its arm (or ``overrides`` when shared), an ``out`` that cannot hold the runs names ``out``."""
+    check_dir("sweep spec: out", spec.out)
     owned = _owned_keys(spec)
     for where, overrides in [("overrides", spec.overrides), *spec.arms.items()]:
         for text in overrides:
@@ -558,12 +562,15 @@ def spec_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def log_start(starts: Path, key: str, status: str, spec_hash: str) -> None:
+def log_start(starts: Path, key: str, status: str, spec_hash: str, threads: int) -> None:
     """Append one line to the sweep's ``starts.jsonl``: run ``key`` starts (``fresh``) or resumes
-    now (UTC), under the spec file with sha256 ``spec_hash``. One ``write`` of one short line in
-    append mode, so the pool's workers do not interleave their lines."""
+    now (UTC), under the spec file with sha256 ``spec_hash``, on the machine
+    :func:`rlkit.machine.fingerprint` describes at ``threads`` torch threads (a figure comes back
+    exactly only where that matches). One ``write`` of one line in append mode, so the pool's
+    workers do not interleave their lines."""
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    line = json.dumps({"run": key, "status": status, "at": now, "spec_sha256": spec_hash})
+    entry = {"run": key, "status": status, "at": now, "spec_sha256": spec_hash}
+    line = json.dumps(entry | {"machine": fingerprint(threads)})
     with open(starts, "a") as f:
         f.write(line + "\n")
 
@@ -582,7 +589,7 @@ def train_sweep_run(
             clear_run(Path(cfg.output_dir))
     if status == "done":
         return []
-    log_start(Path(starts), key, status, spec_hash)
+    log_start(Path(starts), key, status, spec_hash, threads)
     # no overwrite: if another process wrote there since the lock was released, training refuses
     return train_run(base, overrides, threads, resume=status == "resume")
 

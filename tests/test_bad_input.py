@@ -257,6 +257,29 @@ def test_eval_and_build_tiny_refuse_a_broken_symlink(capsys, broken_links):
         assert f"--out {link / 'tiny'} is under {link}, {what}" in error_line(capsys, "build-tiny")
 
 
+def test_sweep_spec_or_out_and_demo_out_behind_a_broken_path(tmp_path, capsys, broken_links):
+    """Each names the setting: the spec file, the spec's ``out``, the demo's ``--out`` (they said
+    "not found" and "output_dir …/GRPO/G2/seed0", a directory the user never named)."""
+    file = tmp_path / "file"
+    file.write_text("x")
+    spec = tmp_path / "spec.yaml"
+    for link, what in broken_links.items():
+        assert main(["sweep", str(link)]) == 2
+        assert f"sweep spec {link} is {what}" in error_line(capsys, "sweep")
+        spec.write_text(f"base: tiny-cpu\narms: {{A: []}}\nseeds: [0]\nout: {link / 'runs'}\n")
+        assert main(["sweep", "--dry-run", str(spec)]) == 2
+        message = f"sweep spec: out {link / 'runs'} is under {link}, {what}"
+        assert message in error_line(capsys, "sweep")
+        assert main(["demo", "--out", str(link / "demo")]) == 2
+        assert f"--out {link / 'demo'} is under {link}, {what}" in error_line(capsys, "demo")
+    spec.write_text(f"base: tiny-cpu\narms: {{A: []}}\nseeds: [0]\nout: {file / 'runs'}\n")
+    assert main(["sweep", "--dry-run", str(spec)]) == 2
+    message = f"sweep spec: out {file / 'runs'} is under {file}, which is a file"
+    assert message in error_line(capsys, "sweep")
+    assert main(["demo", "--out", str(file)]) == 2
+    assert f"--out {file} is a file, not a directory" in error_line(capsys, "demo")
+
+
 # ------------------------------------------------------------------------------ data
 def dataset_args(tmp_path, tiny_model_dir, path, *extra):
     return [

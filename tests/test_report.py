@@ -578,15 +578,16 @@ def test_report_records_the_spec_hash_and_each_runs_start(tmp_path, sweep_dir):
     """Issue 42: summary.json holds the spec file's sha256 that rlkit sweep recorded and each
     run's last fresh start (UTC) from starts.jsonl, a resume keeping its start; a run started
     under another version of the spec file is named; what was not recorded is None with why."""
+    from rlkit.machine import fingerprint
     from rlkit.sweep import log_start
 
     manifest = json.loads((sweep_dir / "sweep.json").read_text()) | {"spec_sha256": "new"}
     (sweep_dir / "sweep.json").write_text(json.dumps(manifest))
     starts = sweep_dir / "starts.jsonl"
-    log_start(starts, "A/G4/seed0", "fresh", "old")
-    log_start(starts, "A/G4/seed0", "fresh", "new")  # killed before a checkpoint, started again
-    log_start(starts, "B/G4/seed1", "fresh", "old")
-    log_start(starts, "B/G4/seed1", "resume", "new")  # a resume keeps its start
+    log_start(starts, "A/G4/seed0", "fresh", "old", 1)
+    log_start(starts, "A/G4/seed0", "fresh", "new", 1)  # killed before a checkpoint, started again
+    log_start(starts, "B/G4/seed1", "fresh", "old", 2)
+    log_start(starts, "B/G4/seed1", "resume", "new", 1)  # a resume keeps its start
     lines = [json.loads(line) for line in starts.read_text().splitlines()]
     write_report(sweep_dir, tmp_path / "results")
     summary = json.loads((tmp_path / "results/synthetic/summary.json").read_text())
@@ -597,9 +598,17 @@ def test_report_records_the_spec_hash_and_each_runs_start(tmp_path, sweep_dir):
     assert pre["runs_started"]["A/G4/seed1"] is None
     assert pre["runs_started_why"].startswith("9 of 11 runs have no fresh start in starts.jsonl")
     assert pre["spec_changed_after_start"] == ["B/G4/seed1"]
+    # each fresh start's machine, at its thread count: two machines here
+    assert pre["machines"] == [lines[1]["machine"], lines[2]["machine"]]
+    assert [m["threads"] for m in pre["machines"]] == [1, 2]
+    assert pre["machines"][0]["cpu"] == fingerprint()["cpu"]
+    assert pre["runs_machine"]["A/G4/seed0"] == 0 and pre["runs_machine"]["B/G4/seed1"] == 1
+    assert pre["runs_machine"]["A/G4/seed1"] is None
     md = (tmp_path / "results/synthetic/summary.md").read_text()
     assert "Pre-registration: spec `sweeps/synthetic.yaml`, sha256 `new` (from sweep.json" in md
     assert "The spec file changed after 1 run(s) had started: B/G4/seed1." in md
+    assert f"Machine 1: {fingerprint()['cpu']}, torch kernels " in md
+    assert ", 2 thread(s), kernel variables " in md
 
 
 def test_a_sweep_without_a_spec_hash_or_starts_says_so(tmp_path, sweep_dir):
@@ -608,6 +617,7 @@ def test_a_sweep_without_a_spec_hash_or_starts_says_so(tmp_path, sweep_dir):
     assert pre["spec_sha256"] is None and "sweep.json has no spec_sha256" in pre["spec_sha256_why"]
     assert set(pre["runs_started"].values()) == {None}
     assert pre["spec_changed_after_start"] == []
+    assert pre["machines"] == [] and set(pre["runs_machine"].values()) == {None}
 
 
 def test_committed_summaries_hold_the_spec_hash_git_gives():

@@ -428,6 +428,21 @@ def test_claim_verdicts_reads_a_summarys_claims(tiny, tmp_path):
         claim_verdicts(results / "a_old" / "summary.json")
 
 
+def test_claim_verdicts_names_a_claim_without_its_verdict(tmp_path):
+    """A claim missing its name or verdict (or not an object) is named, not a KeyError."""
+    summary = json.loads(EBPO_SUMMARY.read_text())
+    path = tmp_path / "summary.json"
+    for broken, field in [
+        ({"name": "x"}, "verdict"),
+        ({"verdict": "reproduced"}, "name"),
+        ([], "name"),
+    ]:
+        summary["claims"][1] = broken
+        path.write_text(json.dumps(summary))
+        with pytest.raises(ValueError, match=rf"summary.json: claim 2 lacks the field '{field}'"):
+            claim_verdicts(path)
+
+
 EBPO_SUMMARY = ROOT / "results/22_ebpo/summary.json"
 EBPO_SPEC = ROOT / "sweeps/22_ebpo.yaml"
 

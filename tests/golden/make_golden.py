@@ -27,17 +27,13 @@ Only interfaces that predate the golden files are used (``load_config``, ``Train
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.metadata
 import importlib.util
 import json
-import platform
 import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
+from rlkit.machine import fingerprint
 from rlkit.models.tiny import one_torch_thread
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -127,28 +123,6 @@ RESUME = (
     "agpo.probe=previous",
     *FOUR_MINI_BATCHES,
 )
-ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq")
-ISA_FLAGS += ("avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8", "amx_tile")
-LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "numpy")
-
-
-def fingerprint() -> dict:
-    """What the float results depend on: the CPU (model and vector ISA) and the libraries."""
-    cpu, flags = platform.processor(), set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                cpu = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    return {
-        "cpu": cpu,
-        "isa": [f for f in ISA_FLAGS if f in flags],
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **{name: importlib.metadata.version(name) for name in LIBRARIES},
-    }
 
 
 def cleaned(metrics_file: Path) -> str:
