@@ -71,21 +71,24 @@ test-engines-oldest: $(TF_OLDEST_BIN)/.installed
 
 # rlkit's estimators inside verl: verl 0.9.1 pins transformers below the main environment's, so
 # its tests run in a second environment, .venv-verl: CPU torch 2.13.0 first (verl's dependencies
-# keep it), then rlkit[verl] without vLLM, plus the four packages of verl's own verl-core extra
-# that its v1 trainer modules import (VERL_TRAINER_DEPS), for tests that call verl's advantage
-# step and checkpoint methods (the -W filter hides their notices of engines not installed:
-# torchtitan, veomni, megatron). --confcutdir keeps the main suite's tests/conftest.py (hypothesis,
-# the tiny models) out; tests/with_verl collects nothing without verl, so this run fails rather
-# than passes empty if verl is missing.
+# keep it), then rlkit[verl] without vLLM, at the lowest verl pyproject.toml allows, VERL_OLDEST
+# (tests/test_verl_adapter.py checks that it is that lower bound), plus the four packages of
+# verl's own verl-core extra that its v1 trainer modules import (VERL_TRAINER_DEPS), for tests
+# that call verl's advantage step and checkpoint methods (the -W filter hides their notices of
+# engines not installed: torchtitan, veomni, megatron). --confcutdir keeps the main suite's
+# tests/conftest.py (hypothesis, the tiny models) out; tests/with_verl collects nothing without
+# verl, so this run fails rather than passes empty if verl is missing.
 VERL_VENV := .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
+VERL_OLDEST := 0.9.1
 VERL_TRAINER_DEPS := "TransferQueue==0.1.10" cachetools uvicorn fastapi
 
 $(VERL_BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_BIN)/python -m pip install -q --upgrade pip
 	$(VERL_BIN)/python -m pip install -q torch==2.13.0
-	$(VERL_BIN)/python -m pip install -q -e ".[verl]" $(VERL_TRAINER_DEPS) "pytest>=8"
+	$(VERL_BIN)/python -m pip install -q -e ".[verl]" "verl==$(VERL_OLDEST)" $(VERL_TRAINER_DEPS) \
+		"pytest>=8"
 	touch $@
 
 test-verl: $(VERL_BIN)/.installed

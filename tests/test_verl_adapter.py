@@ -5,6 +5,9 @@ through verl's own registry, in the environment `make test-verl` builds."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -127,10 +130,22 @@ def test_row_order_does_not_change_a_single_bit():
     assert torch.equal(results[0], results[1])
 
 
-def test_unequal_groups_are_refused_naming_the_uids():
+def test_groups_of_unequal_or_unexpected_size_are_refused_saying_why():
+    """Unequal groups name two uids; with verl's rollout.n known (the plugin's callback sets it),
+    groups of another size are refused too: both say how a multi-output agent loop causes it."""
     batch, _ = verl_batch(grouped_rewards(0), seed=0, num_pad=0)
-    batch["index"][np.flatnonzero(batch["index"] == "u3")[0]] = "u1"  # u1: 5 rows, u3: 3
-    with pytest.raises(ValueError, match=r"uid 'u3' has 3 rows, uid 'u1' has 5"):
+    unequal = batch | {"index": batch["index"].copy()}
+    unequal["index"][np.flatnonzero(batch["index"] == "u3")[0]] = "u1"  # u1: 5 rows, u3: 3
+    with pytest.raises(
+        ValueError, match=r"uid 'u3' has 3 rows, uid 'u1' has 5; .* several outputs"
+    ):
+        rv.estimate("ebpo", **unequal)
+    rv.STATES.rows_per_prompt = G
+    rv.estimate("ebpo", **batch)
+    rv.STATES.rows_per_prompt = 2 * G  # as if every session had returned half an output
+    with pytest.raises(
+        ValueError, match=r"every prompt has 4 rows \(uid 'u\d'\), but .*rollout.n=8"
+    ):
         rv.estimate("ebpo", **batch)
 
 
@@ -194,10 +209,30 @@ def test_state_saved_and_loaded_resumes_exactly(tmp_path):
     rv.reset()
     assert not torch.equal(rv.estimate("ebpo", config=config, **batches[2])[0], straight[2])
 
-    assert rv.load(str(tmp_path / "global_step_2"))
+    rv.load(str(tmp_path / "global_step_2"))
     assert torch.equal(rv.estimate("ebpo", config=config, **batches[2])[0], straight[2])
-    assert not rv.load(str(tmp_path / "global_step_9"))  # no file: a fresh state
-    assert rv.state_dict()["estimators"] == {}
+    missing = tmp_path / "global_step_9" / rv.STATE_FILE
+    with pytest.raises(FileNotFoundError, match=f"{missing} does not exist"):
+        rv.load(str(tmp_path / "global_step_9"))
+
+
+def test_a_crash_while_saving_leaves_the_state_whole_or_absent(tmp_path, monkeypatch):
+    """A save killed mid-write leaves no torn state file and no temporary file: a new folder
+    stays empty, and a folder saved before keeps its whole file."""
+    rv.estimate("ebpo", **verl_batch(grouped_rewards(0), seed=0)[0])
+    rv.save(str(tmp_path / "global_step_1"))
+
+    def torn(obj, f):
+        f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt  # the process killed in the middle of the write
+
+    monkeypatch.setattr(torch, "save", torn)
+    for step in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            rv.save(str(tmp_path / f"global_step_{step}"))
+    assert list((tmp_path / "global_step_2").iterdir()) == []
+    assert [p.name for p in (tmp_path / "global_step_1").iterdir()] == [rv.STATE_FILE]
+    rv.load(str(tmp_path / "global_step_1"))
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path):
@@ -230,3 +265,18 @@ def test_options_changed_within_a_run_are_refused():
     rv.estimate("ebpo", **batch)
     with pytest.raises(ValueError, match="algorithm.rlkit must not change during a run"):
         rv.estimate("ebpo", config={"rlkit": {"ebpo": {"whitening": "none"}}}, **batch)
+
+
+def test_ci_tests_the_lowest_verl_pyproject_allows():
+    """The Makefile's verl environment pins the lower bound of pyproject.toml's verl extra (0.9.0
+    lacks verl.trainer.ppo.checkpoint_callback, which the plugin imports)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (spec,) = [d for d in extras["verl"] if re.match(r"verl\b", d)]
+    lowest = re.fullmatch(r"verl>=([\d.]+),<[\d.]+", spec).group(1)
+    assert re.search(
+        rf"^VERL_OLDEST := {re.escape(lowest)}$", (root / "Makefile").read_text(), re.M
+    )

@@ -16,7 +16,9 @@ docs/algorithms.md §1 ``agpo`` and §2 ``ebpo``) and scatters the advantages ba
 - groups are laid out in a canonical order (by uid, and within a group by reward), so the result
   is bit-identical under any reordering of the rows;
 - every group must have the same size G (rlkit's estimators take a ``[P, G]`` tensor): a batch
-  whose groups differ is refused with an error naming the uids.
+  whose groups differ is refused with an error naming the uids, and, where the plugin's callback
+  told :data:`STATES` ``actor_rollout_ref.rollout.n``, so is a batch whose G is not n. Both are
+  what a multi-output agent loop gives (:data:`MULTI_OUTPUT`).
 
 The estimators' state (EBPO's prior, the cluster ids) lives in this module, one
 :class:`~rlkit.methods.Method` per estimator name, because verl builds nothing per estimator: it
@@ -37,6 +39,7 @@ Options are read from ``algorithm.rlkit`` (:data:`CONFIG_KEY`)::
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from types import SimpleNamespace
 
@@ -52,6 +55,19 @@ CONFIG_KEY = "rlkit"  # their options: algorithm.rlkit.<name>.<option>, algorith
 PAD_PREFIX = "pad"  # verl's synthetic padding rows: uid f"pad{uuid4().hex}", zero reward
 STATE_FILE = "rlkit_estimators.pt"  # written beside verl's actor/ and data.pt in global_step_N/
 STATE_VERSION = 1
+# Why a prompt's row count can differ from actor_rollout_ref.rollout.n, and what to do. verl 0.9.1's
+# agent loop writes one row per output of a session, keyed {uid}_{session}_{turn}, all carrying the
+# prompt's uid (verl/trainer/ppo/v1/agent_loop_tq.py); compute_advantage_for_multi_trajectories
+# (verl/trainer/ppo/v1/utils.py) reduces them to each session's last output for GRPO only and
+# passes any other estimator every row with the uid alone, so the sessions cannot be told apart.
+MULTI_OUTPUT = (
+    "verl gives a prompt other than actor_rollout_ref.rollout.n rows when its agent loop returns "
+    "several outputs per session: each output is a row with the prompt's uid, and verl 0.9.1 keeps "
+    "only each session's last output for GRPO alone, passing rlkit's estimators every row with no "
+    "session or turn to group them by. Return one output per session (verl's single_turn_agent "
+    "and tool_agent loops do: a multi-turn conversation is one row, its tool tokens masked), keep "
+    "every prompt's rows or none, or use algorithm.adv_estimator=grpo (docs/scaling-out.md)"
+)
 
 
 def _plain(value):
@@ -111,7 +127,13 @@ class Grouping:
     ``pad`` [bs]: True for verl's padding rows, which belong to no group.
     """
 
-    def __init__(self, index, scores: torch.Tensor, min_group_size: int = 1):
+    def __init__(
+        self,
+        index,
+        scores: torch.Tensor,
+        min_group_size: int = 1,
+        rows_per_prompt: int | None = None,
+    ):
         uids = list(np.asarray(index, dtype=object).reshape(-1))
         if len(uids) != scores.shape[0]:
             raise ValueError(
@@ -131,8 +153,12 @@ class Grouping:
         if sizes[small] != sizes[large]:
             raise ValueError(
                 f"groups differ in size: uid {small!r} has {sizes[small]} rows, uid {large!r} has "
-                f"{sizes[large]}; rlkit's estimators take P groups of one size G "
-                "(actor_rollout_ref.rollout.n rows per prompt), so keep every prompt's rows or none"
+                f"{sizes[large]}; rlkit's estimators take P groups of one size G. {MULTI_OUTPUT}"
+            )
+        if rows_per_prompt is not None and sizes[small] != rows_per_prompt:
+            raise ValueError(
+                f"every prompt has {sizes[small]} rows (uid {small!r}), but "
+                f"actor_rollout_ref.rollout.n={rows_per_prompt}. {MULTI_OUTPUT}"
             )
         if sizes[small] < min_group_size:
             raise ValueError(
@@ -172,17 +198,19 @@ def grouped_advantages(
     index,
     cluster_labels=None,
     cluster_field: str = "cluster",
+    rows_per_prompt: int | None = None,
 ) -> tuple[torch.Tensor, AdvantageResult, Grouping]:
     """verl's flat batch through ``method``'s estimator: advantages [bs, T] (each row's scalar
     advantage on its response tokens, 0 on pad rows), the estimator's result on the grouped
-    ``[P, G]`` rewards and the grouping."""
+    ``[P, G]`` rewards and the grouping (whose groups must have ``rows_per_prompt`` rows where
+    it is given)."""
     if token_level_rewards.dim() != 2 or token_level_rewards.shape != response_mask.shape:
         raise ValueError(
             "token_level_rewards and response_mask must both be [bs, T], got "
             f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
         )
     scores = token_level_rewards.detach().sum(dim=-1).cpu()
-    grouping = Grouping(index, scores, method.estimator.min_group_size)
+    grouping = Grouping(index, scores, method.estimator.min_group_size, rows_per_prompt)
     problems = None
     if method.cluster_key is not None:
         labels = grouping.cluster_labels(cluster_labels, cluster_field)
@@ -196,11 +224,14 @@ def grouped_advantages(
 
 class EstimatorStates:
     """The :class:`~rlkit.methods.Method` of each estimator name used in this process, built on its
-    first call from the config, and states loaded from a checkpoint that wait for it."""
+    first call from the config, and states loaded from a checkpoint that wait for it.
+    ``rows_per_prompt``: verl's ``actor_rollout_ref.rollout.n`` where the plugin's callback set it
+    (the estimators see only the ``algorithm`` config), then every group must have that size."""
 
     def __init__(self):
         self.built: dict[str, tuple[dict, Method]] = {}
         self.pending: dict[str, dict] = {}
+        self.rows_per_prompt: int | None = None
 
     def method(self, name: str, settings: dict) -> Method:
         if name in self.built:
@@ -261,21 +292,29 @@ def load_state_dict(state: dict) -> None:
 
 def save(folder: str) -> str:
     """Write :func:`state_dict` to ``folder``/:data:`STATE_FILE` (a verl ``global_step_N``
-    directory) and return the path."""
+    directory) and return the path. The write is atomic (a temporary file in ``folder``, then
+    ``os.replace``, atomic on POSIX): a crash mid-write leaves no file rather than a torn one, so
+    :func:`load` and the plugin's resume see the state whole or not at all."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, STATE_FILE)
-    torch.save(state_dict(), path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state_dict(), f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path
 
 
-def load(folder: str) -> bool:
-    """Load ``folder``/:data:`STATE_FILE` if it exists (True), else leave the state fresh (False)."""
+def load(folder: str) -> None:
+    """Load ``folder``/:data:`STATE_FILE`; a FileNotFoundError naming the file where it is
+    missing (the state is never silently fresh)."""
     path = os.path.join(folder, STATE_FILE)
     if not os.path.exists(path):
-        reset()
-        return False
+        raise FileNotFoundError(f"no rlkit estimator state: {path} does not exist")
     load_state_dict(torch.load(path, weights_only=True))
-    return True
 
 
 def estimate(
@@ -308,6 +347,12 @@ def estimate(
             )
         labels = non_tensor_batch[field]
     advantages, _, _ = grouped_advantages(
-        method, token_level_rewards, response_mask, index, labels, field or "cluster"
+        method,
+        token_level_rewards,
+        response_mask,
+        index,
+        labels,
+        field or "cluster",
+        STATES.rows_per_prompt,
     )
     return advantages, advantages

@@ -7,9 +7,11 @@ EBPO's state; the state rides verl's own checkpoint save and resume."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,9 +94,11 @@ def verl_data(rewards: torch.Tensor, step: int, pad_reward: float = 0.0) -> Data
     return data
 
 
-def verl_advantages(data: DataProto, config) -> torch.Tensor:
-    """verl's own advantage step of the v1 trainer (trainer_base._compute_advantage)."""
-    keys = [f"{uid}_0_{i}" for i, uid in enumerate(data.non_tensor_batch["uid"])]
+def verl_advantages(data: DataProto, config, keys: list[str] | None = None) -> torch.Tensor:
+    """verl's own advantage step of the v1 trainer (trainer_base._compute_advantage), on rows
+    keyed ``{uid}_{session}_{output}`` as verl's agent loop keys them (default: one output each)."""
+    if keys is None:
+        keys = [f"{uid}_{i}_0" for i, uid in enumerate(data.non_tensor_batch["uid"])]
     out = compute_advantage_for_multi_trajectories(
         data,
         batch_keys=keys,
@@ -110,6 +114,15 @@ def placed(expected: torch.Tensor, data: DataProto) -> torch.Tensor:
     position = data.batch["position"]
     flat = torch.where(position >= 0, expected.reshape(-1)[position.clamp_min(0)], 0.0)
     return flat.unsqueeze(-1) * data.batch["response_mask"]
+
+
+def test_this_environment_has_the_makefiles_oldest_verl():
+    """`make test-verl` runs at VERL_OLDEST, the lower bound of pyproject.toml's verl extra
+    (tests/test_verl_adapter.py checks that the two agree)."""
+    from importlib.metadata import version
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert re.search(r"^VERL_OLDEST := (\S+)$", makefile, re.M).group(1) == version("verl")
 
 
 def test_the_entry_point_is_the_plugin_module():
@@ -192,6 +205,51 @@ def test_clusters_through_the_registered_function():
         verl_advantages(verl_data(grouped_rewards(0), 0), config)
 
 
+def multi_output_data(outputs: list[list[int]]) -> tuple[DataProto, list[str]]:
+    """A multi-output agent loop's batch: session s of prompt p returned ``outputs[p][s]``
+    outputs, each a row with the prompt's uid and the session's final reward (as verl's
+    agent_loop_tq copies it), keyed ``{uid}_{s}_{output}``."""
+    rewards, prompt_uids = grouped_rewards(0), uids(0)
+    index, keys, scores = [], [], []
+    for p, sessions in enumerate(outputs):
+        for s, count in enumerate(sessions):
+            for i in range(count):
+                index.append(prompt_uids[p])
+                keys.append(f"{prompt_uids[p]}_{s}_{i}")
+                scores.append(rewards[p, s])
+    mask = torch.ones(len(index), T)
+    token_rewards = torch.zeros(len(index), T)
+    token_rewards[:, -1] = torch.stack(scores)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": token_rewards, "response_mask": mask},
+        non_tensors={"uid": np.array(index, dtype=object)},
+    )
+    return data, keys
+
+
+def test_multi_output_agent_loops_are_refused_saying_why(tmp_path):
+    """verl's advantage step passes every output of every session to rlkit's estimator: sessions
+    of unequal length give unequal groups, refused; sessions of one length k give groups of
+    k·n rows, refused where the callback told the estimator actor_rollout_ref.rollout.n."""
+    config = verl_config(
+        "algorithm.adv_estimator=ebpo",
+        f"trainer.checkpoint_callback_class={CALLBACK}",
+        f"trainer.default_local_dir={tmp_path}",
+        f"actor_rollout_ref.rollout.n={G}",
+    )
+    outputs = [[2] * G for _ in range(P)]
+    outputs[2][0] = 1
+    data, keys = multi_output_data(outputs)
+    with pytest.raises(ValueError, match=r"uid '.*' has 7 rows, .* has 8; .* several outputs per"):
+        verl_advantages(data, config, keys)
+    build_checkpoint_callback(config)
+    data, keys = multi_output_data([[2] * G for _ in range(P)])
+    with pytest.raises(
+        ValueError, match=r"every prompt has 8 rows .*, but actor_rollout_ref.rollout.n=4\. verl"
+    ):
+        verl_advantages(data, config, keys)
+
+
 class FakeWorkers:
     """The actor worker group's checkpoint calls, writing nothing but the folder."""
 
@@ -225,6 +283,7 @@ def test_state_rides_verl_checkpoints(tmp_path):
         "+algorithm.rlkit.ebpo.prior_decay=0.95",
         f"trainer.checkpoint_callback_class={CALLBACK}",
         f"trainer.default_local_dir={tmp_path}",
+        f"actor_rollout_ref.rollout.n={G}",
     ]
     config = verl_config(*common)
     datas = [verl_data(grouped_rewards(step), step) for step in range(3)]
@@ -262,16 +321,50 @@ def test_state_rides_verl_checkpoints(tmp_path):
     assert not torch.equal(verl_advantages(datas[2], config), straight[2])
 
 
-def test_resume_from_a_checkpoint_without_state_starts_afresh(tmp_path, caplog):
-    folder = tmp_path / "global_step_4"
-    folder.mkdir()
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
-    verl_advantages(verl_data(grouped_rewards(0), 0), verl_config("algorithm.adv_estimator=ebpo"))
-    config = verl_config(
+def test_a_crash_between_verls_marker_and_the_state_stops_the_resume(tmp_path, monkeypatch):
+    """verl's real _save_checkpoint with the process killed after it wrote
+    latest_checkpointed_iteration.txt and before the callback wrote the state: the resume stops
+    with an error naming the missing file and the earlier complete checkpoint; an empty state
+    written as the error says lets it start rlkit's estimators afresh."""
+    common = [
         "algorithm.adv_estimator=ebpo",
         f"trainer.checkpoint_callback_class={CALLBACK}",
         f"trainer.default_local_dir={tmp_path}",
+        f"actor_rollout_ref.rollout.n={G}",
+    ]
+    config = verl_config(*common)
+    run = trainer(config)
+    verl_advantages(verl_data(grouped_rewards(0), 0), config)
+    run.global_steps = 1
+    run._save_checkpoint()
+
+    def killed(folder):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(adapter, "save", killed)
+    run.global_steps = 2
+    with pytest.raises(KeyboardInterrupt):
+        run._save_checkpoint()
+    monkeypatch.undo()
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "2"
+
+    adapter.reset()  # a new trainer process, resume_mode=auto
+    folder = tmp_path / "global_step_2"
+    with pytest.raises(FileNotFoundError) as refused:
+        trainer(config)
+    assert str(refused.value).startswith(f"{folder / adapter.STATE_FILE} does not exist")
+    assert f"trainer.resume_from_path={tmp_path / 'global_step_1'}" in str(refused.value)
+    earlier = trainer(
+        verl_config(
+            *common,
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={tmp_path / 'global_step_1'}",
+        )
     )
-    trainer(config)
+    earlier._load_checkpoint()
+    assert earlier.global_steps == 1 and "ebpo" in adapter.state_dict()["estimators"]
+
+    adapter.reset()
+    adapter.save(str(folder))  # the error's other way on: an empty state
+    trainer(config)._load_checkpoint()
     assert adapter.state_dict()["estimators"] == {}
-    assert f"{folder} has no {adapter.STATE_FILE}" in caplog.text
