@@ -351,7 +351,14 @@ class EBPO(AdvantageEstimator):
     def load_state_dict(self, state: dict) -> None:
         self.reward_moments.load_state_dict(state["reward_moments"])
         self.group_mean_moments.load_state_dict(state["group_mean_moments"])
-        self.cluster_slots = {int(k): int(v) for k, v in state["cluster_slots"].items()}
+        slots = {int(k): int(v) for k, v in state["cluster_slots"].items()}
+        held = self.reward_moments.num_slots
+        if any(not 0 <= v < held for v in slots.values()) or len(set(slots.values())) < len(slots):
+            raise ValueError(
+                f"EBPO's cluster slots {sorted(slots.values())} are not distinct slots of its "
+                f"{held} running statistics"
+            )
+        self.cluster_slots = slots
 
 
 JSPO_SHRINKAGE = ("published", "james_stein")

@@ -7,6 +7,8 @@ resumed run continues with the same EMAs.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,7 +141,10 @@ class AdaptiveTemperature:
         return {"u_bar": self.u_bar}
 
     def load_state_dict(self, state: dict) -> None:
-        self.u_bar = float(state["u_bar"])
+        u_bar = float(state["u_bar"])
+        if not (math.isfinite(u_bar) and u_bar >= 0):  # an EMA of uncertainties, each >= 0
+            raise ValueError(f"AGPO's running uncertainty Ū must be finite and >= 0, got {u_bar}")
+        self.u_bar = u_bar
 
 
 class AdaptiveClip:

@@ -88,5 +88,13 @@ class PromptSampler:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        """A saved place in the prompt stream: epoch ≥ 0 and 0 ≤ position ≤ the number of
+        problems (else a ValueError: the checkpoint is not of this training split)."""
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= len(self.problems):
+            raise ValueError(
+                f"the prompt sampler's saved place (epoch {epoch}, position {position}) is not "
+                f"in an epoch of this training split ({len(self.problems)} problems)"
+            )
+        self.epoch, self.position = epoch, position
         self._epoch_order = self.epoch_order(self.epoch)

@@ -91,10 +91,20 @@ class RunningMoments:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.decay = float(state["decay"])
-        self.count, self.mean, self.m2 = (
-            state[k].clone().to(torch.float64) for k in ("count", "mean", "m2")
-        )
+        """A saved state, checked first: decay in (0, 1], count/mean/M2 of one shape, finite,
+        count and M2 ≥ 0 (a ValueError names what breaks)."""
+        decay = float(state["decay"])
+        count, mean, m2 = (state[k].clone().to(torch.float64) for k in ("count", "mean", "m2"))
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"running moments: decay must be in (0, 1], got {decay}")
+        if not count.shape == mean.shape == m2.shape or count.dim() != 1:
+            shapes = [tuple(t.shape) for t in (count, mean, m2)]
+            raise ValueError(f"running moments: count, mean, M2 of shapes {shapes}")
+        if not all(torch.isfinite(t).all() for t in (count, mean, m2)):
+            raise ValueError("running moments: a count, mean or M2 is not finite")
+        if (count < 0).any() or (m2 < 0).any():
+            raise ValueError("running moments: a negative count or M2")
+        self.decay, self.count, self.mean, self.m2 = decay, count, mean, m2
 
 
 class Ema:
@@ -115,7 +125,12 @@ class Ema:
         return {"rate": self.rate, "value": self.value}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rate, self.value = float(state["rate"]), state["value"]
+        rate, value = float(state["rate"]), state["value"]
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"EMA rate must be in (0, 1], got {rate}")
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"EMA value must be finite, got {value}")
+        self.rate, self.value = rate, value
 
 
 def group_std(x: torch.Tensor, dim: int = -1, ddof: int = 1) -> torch.Tensor:

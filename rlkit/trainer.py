@@ -415,7 +415,8 @@ class Trainer:
     def load_state(self, checkpoint: Path, state: dict) -> None:
         """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping). A
         state that breaks its own invariants (offline DPO without its set, a stale queue that
-        is not the one its run holds at that step) is a ValueError naming the file."""
+        is not the one its run holds at that step, a sampler position outside the split, EBPO's
+        or AGPO's running statistics not finite or negative) is a ValueError naming the file."""
         saved_world = state.get("world_size", 1)
         if saved_world != self.dist.world:
             raise ValueError(
@@ -425,7 +426,6 @@ class Trainer:
             )
         load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
         self.update.scheduler.load_state_dict(state["scheduler"])
-        self.sampler.load_state_dict(state["sampler"])
         counters = state["counters"]
         self.tokens = {k: counters[k] for k in self.tokens}
         self.update.guard.skips = counters["nonfinite_skips"]
@@ -435,6 +435,7 @@ class Trainer:
         # several processes: each rank's own queue (absent from checkpoints older than it)
         rollouts = state["rank_rollouts"][self.dist.rank] if "rank_rollouts" in state else state
         try:
+            self.sampler.load_state_dict(state["sampler"])
             self.method.load_state_dict(state)
             self.rollouts.load_state_dict(rollouts, self.device, self.step_count)
         except ValueError as err:

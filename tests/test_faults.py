@@ -462,3 +462,70 @@ def test_a_run_saved_under_an_old_default_is_told_how_to_continue():
             check_resume_config(saved, wanted)
         hint = "changed from False to 'auto' on 2026-12-01: set optim.share_prompt_forward=false"
         assert (hint in str(err.value)) is hinted
+
+
+@pytest.fixture(scope="module")
+def ebpo_agpo_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A finished 2-step EBPO + AGPO run with checkpoints at steps 1 and 2."""
+    run = tmp_path_factory.mktemp("ebpo_agpo") / "run"
+    overrides = ("checkpoint_every=1", "algo.estimator=ebpo", "agpo.enabled=true")
+    Trainer(make_config(run, tiny_model_dir, *overrides)).train()
+    return run
+
+
+def _set(path: tuple, value):
+    """A change that puts ``value`` at the nested key ``path`` of the trainer state."""
+
+    def change(state):
+        for key in path[:-1]:
+            state = state[key]
+        state[path[-1]] = value(state[path[-1]]) if callable(value) else value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("sampler", "position"), 10**6, "the prompt sampler's saved place (epoch 0, position"),
+        (("sampler", "epoch"), -1, "the prompt sampler's saved place (epoch -1"),
+        ("m2", lambda t: t - 1.0, "running moments: a negative count or M2"),
+        ("mean", lambda t: t * float("nan"), "running moments: a count, mean or M2 is not finite"),
+        ("count", lambda t: t[:0], "running moments: count, mean, M2 of shapes"),
+        ("u_bar", float("nan"), "AGPO's running uncertainty Ū must be finite and >= 0, got nan"),
+        ("value", float("inf"), "EMA value must be finite, got inf"),
+        ("cluster_slots", {0: 5, 1: 5}, "EBPO's cluster slots [5, 5] are not distinct slots"),
+    ],
+)
+def test_running_statistics_that_break_their_invariants_are_refused_on_resume(
+    ebpo_agpo_run, tmp_path, capsys, where, value, message
+):
+    """Issue 42 §3: a checkpoint rehashed after its sampler place, EBPO's history or AGPO's
+    running statistics were changed to values no run produces is refused, naming the file."""
+    run = tmp_path / "run"
+    shutil.copytree(ebpo_agpo_run, run)
+
+    def change(state):
+        if isinstance(where, tuple):
+            return _set(where, value)(state)
+        found = find_key(state, where)
+        assert found is not None, f"no {where!r} in the trainer state"
+        _set((where,), value)(found)
+
+    step_dir = tamper_state(run, change)
+    assert main(["train", "--resume", f"output_dir={run}", "steps=3"]) == 2
+    line = last_error_line(capsys)
+    assert f"{step_dir / 'trainer_state.pt'} is inconsistent: " in line
+    assert message in line
+
+
+def find_key(state, key):
+    """The first dict (depth first) in ``state`` holding ``key``."""
+    if isinstance(state, dict):
+        if key in state:
+            return state
+        for value in state.values():
+            found = find_key(value, key)
+            if found is not None:
+                return found
+    return None
