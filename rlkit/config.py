@@ -297,8 +297,9 @@ class LossConfig:
     kl_estimator: str = "k3"
     loss_agg: str = "token-mean"
     ratio_temperature: str | float = "sampling"  # "sampling" (default) or 1.0 (AGPO's code)
-    # EntropyMech (docs/algorithms.md §4b; verl's names): vanilla | clip_cov | kl_cov, and the
-    # authors' 7B settings (Clip-Cov: ratio 2e-4, bounds 1 and 5; KL-Cov: k = 2e-3, coef 1)
+    # the policy loss (verl's policy_loss.loss_mode names): vanilla (the clipped surrogate) |
+    # EntropyMech's clip_cov | kl_cov (docs/algorithms.md §4b) | gspo | cispo (§4f), and the
+    # EntropyMech authors' 7B settings (Clip-Cov: ratio 2e-4, bounds 1 and 5; KL-Cov: k = 2e-3, coef 1)
     loss_mode: str = "vanilla"
     clip_cov_ratio: float = 2e-4
     clip_cov_lb: float = 1.0
@@ -328,9 +329,10 @@ class LossConfig:
             )
         _positive("loss.ppo_kl_coef", self.ppo_kl_coef, strict=False)
         _positive("loss.eps_low", self.eps_low, strict=False)
-        if self.eps_low >= 1:
+        if self.eps_low > 1 or (self.eps_low == 1 and self.loss_mode != "cispo"):
             raise ValueError(
-                f"loss.eps_low must be < 1 (the ratio's lower clip is 1 - eps_low), got {self.eps_low!r}"
+                f"loss.eps_low must be < 1 (the ratio's lower clip is 1 - eps_low; 1, no lower "
+                f"bound, with loss.loss_mode=cispo only), got {self.eps_low!r}"
             )
         _positive("loss.eps_high", self.eps_high, strict=False)
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -872,6 +874,14 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             mode == "kl_cov",
             "loss.loss_mode=kl_cov: KL-Cov's surrogate −ρ·A is not clipped (verl's kl_cov)",
             "use loss.loss_mode=clip_cov or vanilla for a clipped surrogate, or leave them out",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("dual_clip",),
+            mode in ("gspo", "cispo"),
+            f"loss.loss_mode={mode}: its loss has no dual clip (TRL's and verl's have none)",
+            "use loss.loss_mode=vanilla or clip_cov for the dual clip, or leave it out",
         ),
         (
             "loss",

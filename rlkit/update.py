@@ -25,12 +25,12 @@ from rlkit.dist import Collective
 from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.losses import (
-    ENTROPY_MECH_METRICS,
+    BATCH_STATISTIC_MODES,
+    LOSS_MODE_METRICS,
     aggregate_loss,
-    clipped_surrogate,
-    entropy_mech,
     kl_divergence,
     masked_mean,
+    policy_loss,
 )
 from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
@@ -198,7 +198,7 @@ class PolicyUpdate:
                 f"log-probs (rollout.engine={cfg.rollout.engine})"
             )
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
-        keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
+        keys += LOSS_MODE_METRICS[cfg.loss.loss_mode]
         critic = batch.returns is not None  # PPO's value head trains with the policy (§4c)
         keys += CRITIC_METRICS if critic else []
         means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
@@ -227,19 +227,8 @@ class PolicyUpdate:
                             eps = self.radii(batch, clip, old)
                         m = sub.rollouts.completion_mask
                         old_logp = old.logp[idx] if on_policy else sub.old.logp
-                        loss_tok, clipped = clipped_surrogate(
-                            logp,
-                            old_logp,
-                            sub.advantages,
-                            eps[0][idx],
-                            eps[1][idx],
-                            m,
-                            cfg.loss.dual_clip,
-                        )
-                        loss_tok, clipped, cov = entropy_mech(  # Clip-Cov / KL-Cov, if set
+                        loss_tok, clipped, cov = policy_loss(  # loss.loss_mode's
                             cfg.loss,
-                            loss_tok,
-                            clipped,
                             logp,
                             old_logp,
                             sub.advantages,
@@ -394,7 +383,11 @@ class PolicyUpdate:
         so neither do its gradient and metrics, up to float rounding; Clip-Cov and KL-Cov
         select tokens by micro-batch statistics (docs/algorithms.md §4b), so they keep the
         drawn order."""
-        if not self.plan.share_prompts or micro >= len(mb) or self.cfg.loss.loss_mode != "vanilla":
+        if (
+            not self.plan.share_prompts
+            or micro >= len(mb)
+            or self.cfg.loss.loss_mode in BATCH_STATISTIC_MODES
+        ):
             return mb
         return mb[torch.sort(mb // group_size, stable=True).indices]  # rows of a group are adjacent
 
