@@ -296,6 +296,9 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     loss_agg: str = "token-mean"
+    # leave the tokens (rows) of groups whose rewards are all equal out of the loss's normaliser
+    # (TRL issue #6367; docs/algorithms.md §4, Aggregation); their loss still counts
+    exclude_zero_var_from_norm: bool = False
     ratio_temperature: str | float = "sampling"  # "sampling" (default) or 1.0 (AGPO's code)
     # the policy loss (verl's policy_loss.loss_mode names): vanilla (the clipped surrogate) |
     # EntropyMech's clip_cov | kl_cov (docs/algorithms.md §4b) | gspo | cispo (§4f), and the
@@ -747,6 +750,12 @@ def check_combination(cfg: TrainConfig) -> None:
             "loss.loss_mode=kl_cov with agpo.enabled=true and agpo.adaptive_clip=true: KL-Cov's "
             "surrogate has no ratio clip for AGPO's ε to set; set agpo.adaptive_clip=false"
         )
+    if cfg.algo.estimator == "ppo" and cfg.loss.exclude_zero_var_from_norm:
+        raise ValueError(
+            "loss.exclude_zero_var_from_norm=true with algo.estimator=ppo: PPO's advantages come "
+            "from its value head, so a group whose rewards are all equal still has a policy "
+            "gradient; set loss.exclude_zero_var_from_norm=false"
+        )
     if cfg.algo.estimator == "ppo" and cfg.agpo.enabled:
         raise ValueError(
             "algo.estimator=ppo with agpo.enabled=true: AGPO's controllers act on group "
@@ -1089,6 +1098,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
                 "dual_clip",
                 "kl_coef",
                 "loss_agg",
+                "exclude_zero_var_from_norm",
                 "loss_mode",
                 "tis_cap",
                 "tis_mode",

@@ -181,6 +181,9 @@ class PolicyUpdate:
         mini = opt.mini_batch_size // world or rows
         micro = opt.micro_batch_size or mini
         mask = batch.rollouts.completion_mask
+        # the tokens and rows of the loss's normaliser (loss.exclude_zero_var_from_norm, §4)
+        norm_rows = batch.norm_rows
+        counted = mask if norm_rows is None else mask & norm_rows[:, None]
         on_policy = batch.old is None
         old = batch.old
         if on_policy:  # π_old is the detached training forward: filled in as it runs
@@ -209,6 +212,7 @@ class PolicyUpdate:
                 for start in range(0, rows, mini):
                     mb = self.micro_order(order[start : start + mini], micro, batch.group_size)
                     mb_tokens = self.dist.all_reduce_sum(mask[mb].sum()).clamp_min(1)
+                    mb_norm, mb_rows = self.normaliser(counted[mb], norm_rows, mb, mb_tokens)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss_total, parts = 0.0, []
                     for mstart in range(0, len(mb), micro):
@@ -251,9 +255,9 @@ class PolicyUpdate:
                             kl = masked_mean(kl_tok.detach(), m)
                         # the global mini-batch's share: the ranks' gradients are summed
                         weight = (  # in the loss's precision (float64 models: exactly)
-                            (m.sum().to(loss_tok.dtype) / mb_tokens.to(loss_tok.dtype))
+                            (m.sum().to(loss_tok.dtype) / mb_norm.to(loss_tok.dtype))
                             if cfg.loss.loss_agg == "token-mean"
-                            else len(idx) / (len(mb) * world)
+                            else len(idx) / mb_rows
                         )
                         loss = (
                             aggregate_loss(
@@ -295,6 +299,26 @@ class PolicyUpdate:
         if self.tis_tripwire is not None:
             check_divergence(old.logp, sampler_logp, mask, self.tis_tripwire, self.dist, step + 1)
         return UpdateResult(stats, old)
+
+    def normaliser(
+        self,
+        counted: torch.Tensor,
+        norm_rows: torch.Tensor | None,
+        mb: torch.Tensor,
+        mb_tokens: torch.Tensor,
+    ) -> tuple[torch.Tensor, int]:
+        """What the mini-batch ``mb``'s summed loss is divided by, over every rank: its real tokens
+        (``token-mean``) and its rows (the ``seq-mean-*`` aggregations). With ``norm_rows``
+        (``loss.exclude_zero_var_from_norm``, docs/algorithms.md §4) only the tokens ``counted``
+        and rows of groups whose rewards differ count, or every one where there is none."""
+        if norm_rows is None:
+            return mb_tokens, len(mb) * self.dist.world
+        tokens = self.dist.all_reduce_sum(counted.sum())
+        rows = int(self.dist.all_reduce_sum(norm_rows[mb].sum()))
+        return (
+            tokens if tokens > 0 else mb_tokens,
+            rows if rows > 0 else len(mb) * self.dist.world,
+        )
 
     def optimizer_step(
         self,
