@@ -212,7 +212,7 @@ class PolicyUpdate:
                 for start in range(0, rows, mini):
                     mb = self.micro_order(order[start : start + mini], micro, batch.group_size)
                     mb_tokens = self.dist.all_reduce_sum(mask[mb].sum()).clamp_min(1)
-                    mb_norm, mb_rows = self.normaliser(counted[mb], norm_rows, mb, mb_tokens)
+                    scale = self.norm_scale(counted, norm_rows, mb, mb_tokens)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss_total, parts = 0.0, []
                     for mstart in range(0, len(mb), micro):
@@ -255,15 +255,16 @@ class PolicyUpdate:
                             kl = masked_mean(kl_tok.detach(), m)
                         # the global mini-batch's share: the ranks' gradients are summed
                         weight = (  # in the loss's precision (float64 models: exactly)
-                            (m.sum().to(loss_tok.dtype) / mb_norm.to(loss_tok.dtype))
+                            (m.sum().to(loss_tok.dtype) / mb_tokens.to(loss_tok.dtype))
                             if cfg.loss.loss_agg == "token-mean"
-                            else len(idx) / mb_rows
+                            else len(idx) / (len(mb) * world)
                         )
                         loss = (
                             aggregate_loss(
                                 loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens
                             )
                             * weight
+                            * scale
                         )
                         shares = {}  # statistics already weighted by their share
                         if critic:
@@ -300,25 +301,26 @@ class PolicyUpdate:
             check_divergence(old.logp, sampler_logp, mask, self.tis_tripwire, self.dist, step + 1)
         return UpdateResult(stats, old)
 
-    def normaliser(
+    def norm_scale(
         self,
         counted: torch.Tensor,
         norm_rows: torch.Tensor | None,
         mb: torch.Tensor,
         mb_tokens: torch.Tensor,
-    ) -> tuple[torch.Tensor, int]:
-        """What the mini-batch ``mb``'s summed loss is divided by, over every rank: its real tokens
-        (``token-mean``) and its rows (the ``seq-mean-*`` aggregations). With ``norm_rows``
-        (``loss.exclude_zero_var_from_norm``, docs/algorithms.md §4) only the tokens ``counted``
-        and rows of groups whose rewards differ count, or every one where there is none."""
+    ) -> float:
+        """The factor from the mini-batch ``mb``'s normaliser, every rank's real tokens
+        (``token-mean``) or rows (``seq-mean-*``), to the one the loss divides by: 1, or with
+        ``norm_rows`` (``loss.exclude_zero_var_from_norm``, docs/algorithms.md §4) the tokens
+        ``counted`` or the rows of groups whose rewards differ (1 where there is none). The
+        metrics keep the full shares."""
         if norm_rows is None:
-            return mb_tokens, len(mb) * self.dist.world
-        tokens = self.dist.all_reduce_sum(counted.sum())
-        rows = int(self.dist.all_reduce_sum(norm_rows[mb].sum()))
-        return (
-            tokens if tokens > 0 else mb_tokens,
-            rows if rows > 0 else len(mb) * self.dist.world,
-        )
+            return 1.0
+        if self.cfg.loss.loss_agg == "token-mean":
+            full, kept = float(mb_tokens), float(self.dist.all_reduce_sum(counted[mb].sum()))
+        else:
+            full = float(len(mb) * self.dist.world)
+            kept = float(self.dist.all_reduce_sum(norm_rows[mb].sum()))
+        return full / kept if kept > 0 else 1.0
 
     def optimizer_step(
         self,
