@@ -65,7 +65,7 @@ class AdvantageEstimator:
         cluster_ids = check_cluster_ids(cluster_ids, rewards.shape[0])
         r = rewards.to(torch.float64)
         advantages, diagnostics = self.compute(r, cluster_ids)
-        diagnostics["frac_reward_zero_std"] = (r.amax(1) == r.amin(1)).to(torch.float64).mean()
+        diagnostics["frac_reward_zero_std"] = zero_variance_groups(r).to(torch.float64).mean()
         out_dtype = rewards.dtype
         big = torch.finfo(out_dtype).max
         return AdvantageResult(
@@ -90,6 +90,11 @@ class AdvantageEstimator:
 
     def reset(self) -> None:
         pass
+
+
+def zero_variance_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """[P] bool: the groups of ``rewards`` [P, G] whose G rewards are all equal."""
+    return rewards.amax(1) == rewards.amin(1)
 
 
 def check_rewards(rewards: torch.Tensor) -> torch.Tensor:

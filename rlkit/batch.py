@@ -133,7 +133,9 @@ class TrainBatch:
     """What the update trains on. ``advantages``: one per row [B] (broadcast over its tokens) or
     one per token [B, Lc] (PPO's GAE). ``old`` None: the update is on-policy, and π_old is the
     detached training forward itself; ``ref_logp`` None: no KL term; ``returns`` [B, Lc]: the
-    value head's targets (PPO, docs/algorithms.md §4c), None: no value loss."""
+    value head's targets (PPO, docs/algorithms.md §4c), None: no value loss. ``norm_rows`` [B]
+    bool: the rows whose tokens count in the loss's normaliser (``loss.exclude_zero_var_from_norm``:
+    those of groups whose rewards differ, §4), None: every row."""
 
     rollouts: RolloutBatch
     advantages: torch.Tensor  # [B] or [B, Lc]
@@ -142,6 +144,7 @@ class TrainBatch:
     old: PolicyPass | None = None
     ref_logp: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    norm_rows: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.rollouts)
@@ -164,6 +167,7 @@ class TrainBatch:
             None if self.old is None else self.old.select(idx),
             None if self.ref_logp is None else self.ref_logp[idx],
             None if self.returns is None else self.returns[idx],
+            None if self.norm_rows is None else self.norm_rows[idx],
         )
 
 

@@ -296,9 +296,13 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     loss_agg: str = "token-mean"
+    # leave the tokens (rows) of groups whose rewards are all equal out of the loss's normaliser
+    # (TRL issue #6367; docs/algorithms.md §4, Aggregation); their loss still counts
+    exclude_zero_var_from_norm: bool = False
     ratio_temperature: str | float = "sampling"  # "sampling" (default) or 1.0 (AGPO's code)
-    # EntropyMech (docs/algorithms.md §4b; verl's names): vanilla | clip_cov | kl_cov, and the
-    # authors' 7B settings (Clip-Cov: ratio 2e-4, bounds 1 and 5; KL-Cov: k = 2e-3, coef 1)
+    # the policy loss (verl's policy_loss.loss_mode names): vanilla (the clipped surrogate) |
+    # EntropyMech's clip_cov | kl_cov (docs/algorithms.md §4b) | gspo | cispo (§4f), and the
+    # EntropyMech authors' 7B settings (Clip-Cov: ratio 2e-4, bounds 1 and 5; KL-Cov: k = 2e-3, coef 1)
     loss_mode: str = "vanilla"
     clip_cov_ratio: float = 2e-4
     clip_cov_lb: float = 1.0
@@ -328,9 +332,10 @@ class LossConfig:
             )
         _positive("loss.ppo_kl_coef", self.ppo_kl_coef, strict=False)
         _positive("loss.eps_low", self.eps_low, strict=False)
-        if self.eps_low >= 1:
+        if self.eps_low > 1 or (self.eps_low == 1 and self.loss_mode != "cispo"):
             raise ValueError(
-                f"loss.eps_low must be < 1 (the ratio's lower clip is 1 - eps_low), got {self.eps_low!r}"
+                f"loss.eps_low must be < 1 (the ratio's lower clip is 1 - eps_low; 1, no lower "
+                f"bound, with loss.loss_mode=cispo only), got {self.eps_low!r}"
             )
         _positive("loss.eps_high", self.eps_high, strict=False)
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -745,6 +750,12 @@ def check_combination(cfg: TrainConfig) -> None:
             "loss.loss_mode=kl_cov with agpo.enabled=true and agpo.adaptive_clip=true: KL-Cov's "
             "surrogate has no ratio clip for AGPO's ε to set; set agpo.adaptive_clip=false"
         )
+    if cfg.algo.estimator == "ppo" and cfg.loss.exclude_zero_var_from_norm:
+        raise ValueError(
+            "loss.exclude_zero_var_from_norm=true with algo.estimator=ppo: PPO's advantages come "
+            "from its value head, so a group whose rewards are all equal still has a policy "
+            "gradient; set loss.exclude_zero_var_from_norm=false"
+        )
     if cfg.algo.estimator == "ppo" and cfg.agpo.enabled:
         raise ValueError(
             "algo.estimator=ppo with agpo.enabled=true: AGPO's controllers act on group "
@@ -872,6 +883,14 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             mode == "kl_cov",
             "loss.loss_mode=kl_cov: KL-Cov's surrogate −ρ·A is not clipped (verl's kl_cov)",
             "use loss.loss_mode=clip_cov or vanilla for a clipped surrogate, or leave them out",
+        ),
+        (
+            "loss",
+            cfg.loss,
+            ("dual_clip",),
+            mode in ("gspo", "cispo"),
+            f"loss.loss_mode={mode}: its loss has no dual clip (TRL's and verl's have none)",
+            "use loss.loss_mode=vanilla or clip_cov for the dual clip, or leave it out",
         ),
         (
             "loss",
@@ -1079,6 +1098,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
                 "dual_clip",
                 "kl_coef",
                 "loss_agg",
+                "exclude_zero_var_from_norm",
                 "loss_mode",
                 "tis_cap",
                 "tis_mode",

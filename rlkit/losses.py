@@ -131,9 +131,11 @@ def aggregate_loss(
 
 
 # ---------------------------------------------------------------------------------------------
-# EntropyMech (arXiv 2505.22617): Clip-Cov and KL-Cov (docs/algorithms.md §4b)
+# loss.loss_mode: EntropyMech's Clip-Cov and KL-Cov (arXiv 2505.22617, docs/algorithms.md §4b),
+# GSPO and CISPO (§4f)
 
-LOSS_MODES = ("vanilla", "clip_cov", "kl_cov")  # verl's policy_loss.loss_mode names
+# verl's policy_loss.loss_mode names
+LOSS_MODES = ("vanilla", "clip_cov", "kl_cov", "gspo", "cispo")
 
 
 def token_covariance(
@@ -203,17 +205,87 @@ def kl_cov(
     return loss, masked_mean(log_ratio.abs().detach(), mask)
 
 
-ENTROPY_MECH_METRICS = {
+def gspo(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: torch.Tensor | float,
+    eps_high: torch.Tensor | float,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, ClipStats]:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071; docs/algorithms.md §4f): the clipped surrogate
+    on the sequence ratio s_i = exp(mean_t (log π_θ − log π_old)) over row i's real tokens, in
+    the paper's GSPO-token form with the stop-gradient, verl's ``compute_policy_loss_gspo``::
+
+        s_i,t = sg[s_i] · π_θ(y_i,t) / sg[π_θ(y_i,t)]        (value s_i, ∇ = s_i·∇log π_θ(y_i,t))
+        L_i,t = −min(s_i,t·A_i,t, clip(s_i,t, 1 − ε_low, 1 + ε_high)·A_i,t)
+
+    With A_i,t = A_i and the tokens of a row weighted alike (every ``loss.loss_agg``), the
+    gradient is GSPO's and TRL's ``importance_sampling_level="sequence"``. A row with
+    no real token has s_i = 1. Clip stats: the real tokens whose row's s_i was clipped."""
+    eps_low, eps_high = _per_row(eps_low, logp), _per_row(eps_high, logp)
+    adv = _per_row(advantages, logp)
+    m = mask.to(logp.dtype)
+    tokens = m.sum(-1, keepdim=True).clamp_min(1.0)
+    log_s = torch.where(mask.bool(), logp - old_logp, 0.0).sum(-1, keepdim=True) / tokens
+    ratio = torch.exp(logp - logp.detach() + log_s.detach())
+    loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - eps_low, 1 + eps_high))
+    with torch.no_grad():
+        s = log_s.exp()
+        low = ((s < 1 - eps_low) & (adv < 0)).to(loss.dtype)
+        high = ((s > 1 + eps_high) & (adv > 0)).to(loss.dtype)
+        zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        stats = ClipStats(
+            masked_mean(low.expand_as(m), m),
+            masked_mean(high.expand_as(m), m),
+            masked_mean((low + high).expand_as(m), m),
+            zero,
+        )
+    return loss, stats
+
+
+def cispo(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: torch.Tensor | float,
+    eps_high: torch.Tensor | float,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, ClipStats]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1; docs/algorithms.md §4f): REINFORCE with
+    the clipped importance weight detached, verl's ``compute_policy_loss_cispo``::
+
+        r̂_t = clip(ρ_t, 1 − ε_low, 1 + ε_high),   L_t = −sg[r̂_t]·A_t·log π_θ(y_t)
+
+    so every token keeps its gradient, −r̂_t·A_t·∇log π_θ. ``eps_low`` = 1 leaves the weight
+    without a lower bound (the paper's setting; TRL's ``loss_type="cispo"`` clamps only above, at
+    its ``epsilon_high`` = 1 + ε_high). Clip stats: the real tokens whose weight was clipped
+    below (``low``) or above (``high``), whatever the sign of A_t (verl's ``pg_clipfrac`` is
+    ``region``)."""
+    eps_low, eps_high = _per_row(eps_low, logp), _per_row(eps_high, logp)
+    adv = _per_row(advantages, logp)
+    ratio = torch.exp(logp - old_logp).detach()
+    loss = -ratio.clamp(1 - eps_low, 1 + eps_high) * adv * logp
+    low, high = (ratio < 1 - eps_low).to(loss.dtype), (ratio > 1 + eps_high).to(loss.dtype)
+    zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+    stats = ClipStats(
+        masked_mean(low, mask), masked_mean(high, mask), masked_mean(low + high, mask), zero
+    )
+    return loss, stats
+
+
+LOSS_MODE_METRICS = {  # each loss.loss_mode's own metrics, besides clip_ratio/*
     "vanilla": (),
     "clip_cov": ("clip_cov/pg_clipfrac",),
     "kl_cov": ("kl_cov/ppo_kl",),
+    "gspo": (),
+    "cispo": (),
 }
+BATCH_STATISTIC_MODES = ("clip_cov", "kl_cov")  # select tokens by micro-batch statistics (§4b)
 
 
-def entropy_mech(
+def policy_loss(
     loss_cfg,
-    loss: torch.Tensor,
-    clipped: ClipStats,
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
@@ -221,11 +293,25 @@ def entropy_mech(
     eps_high: torch.Tensor | float,
     mask: torch.Tensor,
 ) -> tuple[torch.Tensor, ClipStats, dict[str, torch.Tensor]]:
-    """The clipped surrogate ``loss`` (and its ``clipped`` stats) under ``loss_cfg.loss_mode``:
-    unchanged (``vanilla``), Clip-Cov or KL-Cov (whose surrogate is unclipped: its clip stats are
-    0), with the mode's metrics (:data:`ENTROPY_MECH_METRICS`). Statistics such as the mean
-    log-prob and N are those of the micro-batch, as in verl."""
+    """The per-token policy loss under ``loss_cfg.loss_mode``, its clip stats and the mode's
+    metrics (:data:`LOSS_MODE_METRICS`): the clipped surrogate (``vanilla``, with
+    ``loss_cfg.dual_clip``), Clip-Cov or KL-Cov on it (KL-Cov's surrogate is unclipped: its clip
+    stats are 0; statistics such as the mean log-prob and N are the micro-batch's, as in verl),
+    GSPO or CISPO."""
     mode = loss_cfg.loss_mode
+    if mode == "gspo":
+        return (*gspo(logp, old_logp, advantages, eps_low, eps_high, mask), {})
+    if mode == "cispo":
+        return (*cispo(logp, old_logp, advantages, eps_low, eps_high, mask), {})
+    if mode == "kl_cov":
+        loss, kl = kl_cov(
+            logp, old_logp, advantages, mask, loss_cfg.kl_cov_ratio, loss_cfg.ppo_kl_coef
+        )
+        zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        return loss, ClipStats(zero, zero, zero, zero), {"kl_cov/ppo_kl": kl}
+    loss, clipped = clipped_surrogate(
+        logp, old_logp, advantages, eps_low, eps_high, mask, loss_cfg.dual_clip
+    )
     if mode == "vanilla":
         return loss, clipped, {}
     if mode == "clip_cov":
@@ -242,10 +328,4 @@ def entropy_mech(
             loss_cfg.clip_cov_ub,
         )
         return loss, clipped, {"clip_cov/pg_clipfrac": frac}
-    if mode == "kl_cov":
-        loss, kl = kl_cov(
-            logp, old_logp, advantages, mask, loss_cfg.kl_cov_ratio, loss_cfg.ppo_kl_coef
-        )
-        zero = torch.zeros((), dtype=loss.dtype, device=loss.device)
-        return loss, ClipStats(zero, zero, zero, zero), {"kl_cov/ppo_kl": kl}
     raise ValueError(f"unknown loss.loss_mode {mode!r}; known: {list(LOSS_MODES)}")

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from rlkit.advantages import zero_variance_groups
 from rlkit.batch import BatchRows, Groups, PolicyPass, StepRecord, TrainBatch
 from rlkit.checkpoint import TRAINER_STATE, open_run, save_checkpoint
 from rlkit.collect import Collector
@@ -336,6 +337,12 @@ class Trainer:
         reference only for the KL term (§4)."""
         rollouts, passes = groups.rollouts, self.passes
         temps = self.forward.ratio_temperatures(rollouts)
+        norm_rows = None
+        if self.cfg.loss.exclude_zero_var_from_norm:  # §4: zero-variance groups' tokens left out
+            informative = ~zero_variance_groups(groups.rewards)
+            norm_rows = informative.repeat_interleave(groups.group_size).to(
+                rollouts.input_ids.device
+            )
         return TrainBatch(
             rollouts,
             advantages=advantages.reshape(-1).to(rollouts.input_ids.device),
@@ -343,6 +350,7 @@ class Trainer:
             group_size=groups.group_size,
             old=old if old is not None else self.old_pass(rollouts, temps),
             ref_logp=self.forward.reference(rollouts, temps) if passes.reference else None,
+            norm_rows=norm_rows,
         )
 
     # ------------------------------------------------------------ eval, saving

@@ -25,12 +25,12 @@ from rlkit.dist import Collective
 from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.losses import (
-    ENTROPY_MECH_METRICS,
+    BATCH_STATISTIC_MODES,
+    LOSS_MODE_METRICS,
     aggregate_loss,
-    clipped_surrogate,
-    entropy_mech,
     kl_divergence,
     masked_mean,
+    policy_loss,
 )
 from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
@@ -181,6 +181,9 @@ class PolicyUpdate:
         mini = opt.mini_batch_size // world or rows
         micro = opt.micro_batch_size or mini
         mask = batch.rollouts.completion_mask
+        # the tokens and rows of the loss's normaliser (loss.exclude_zero_var_from_norm, §4)
+        norm_rows = batch.norm_rows
+        counted = mask if norm_rows is None else mask & norm_rows[:, None]
         on_policy = batch.old is None
         old = batch.old
         if on_policy:  # π_old is the detached training forward: filled in as it runs
@@ -198,7 +201,7 @@ class PolicyUpdate:
                 f"log-probs (rollout.engine={cfg.rollout.engine})"
             )
         keys = ["loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
-        keys += ENTROPY_MECH_METRICS[cfg.loss.loss_mode]
+        keys += LOSS_MODE_METRICS[cfg.loss.loss_mode]
         critic = batch.returns is not None  # PPO's value head trains with the policy (§4c)
         keys += CRITIC_METRICS if critic else []
         means = StepMeans([*keys, "grad_norm", *(["kl"] if batch.ref_logp is not None else [])])
@@ -209,6 +212,7 @@ class PolicyUpdate:
                 for start in range(0, rows, mini):
                     mb = self.micro_order(order[start : start + mini], micro, batch.group_size)
                     mb_tokens = self.dist.all_reduce_sum(mask[mb].sum()).clamp_min(1)
+                    scale = self.norm_scale(counted, norm_rows, mb, mb_tokens)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss_total, parts = 0.0, []
                     for mstart in range(0, len(mb), micro):
@@ -227,19 +231,8 @@ class PolicyUpdate:
                             eps = self.radii(batch, clip, old)
                         m = sub.rollouts.completion_mask
                         old_logp = old.logp[idx] if on_policy else sub.old.logp
-                        loss_tok, clipped = clipped_surrogate(
-                            logp,
-                            old_logp,
-                            sub.advantages,
-                            eps[0][idx],
-                            eps[1][idx],
-                            m,
-                            cfg.loss.dual_clip,
-                        )
-                        loss_tok, clipped, cov = entropy_mech(  # Clip-Cov / KL-Cov, if set
+                        loss_tok, clipped, cov = policy_loss(  # loss.loss_mode's
                             cfg.loss,
-                            loss_tok,
-                            clipped,
                             logp,
                             old_logp,
                             sub.advantages,
@@ -271,6 +264,7 @@ class PolicyUpdate:
                                 loss_tok, m, cfg.loss.loss_agg, cfg.rollout.max_new_tokens
                             )
                             * weight
+                            * scale
                         )
                         shares = {}  # statistics already weighted by their share
                         if critic:
@@ -306,6 +300,27 @@ class PolicyUpdate:
         if self.tis_tripwire is not None:
             check_divergence(old.logp, sampler_logp, mask, self.tis_tripwire, self.dist, step + 1)
         return UpdateResult(stats, old)
+
+    def norm_scale(
+        self,
+        counted: torch.Tensor,
+        norm_rows: torch.Tensor | None,
+        mb: torch.Tensor,
+        mb_tokens: torch.Tensor,
+    ) -> float:
+        """The factor from the mini-batch ``mb``'s normaliser, every rank's real tokens
+        (``token-mean``) or rows (``seq-mean-*``), to the one the loss divides by: 1, or with
+        ``norm_rows`` (``loss.exclude_zero_var_from_norm``, docs/algorithms.md §4) the tokens
+        ``counted`` or the rows of groups whose rewards differ (1 where there is none). The
+        metrics keep the full shares."""
+        if norm_rows is None:
+            return 1.0
+        if self.cfg.loss.loss_agg == "token-mean":
+            full, kept = float(mb_tokens), float(self.dist.all_reduce_sum(counted[mb].sum()))
+        else:
+            full = float(len(mb) * self.dist.world)
+            kept = float(self.dist.all_reduce_sum(norm_rows[mb].sum()))
+        return full / kept if kept > 0 else 1.0
 
     def optimizer_step(
         self,
@@ -394,7 +409,11 @@ class PolicyUpdate:
         so neither do its gradient and metrics, up to float rounding; Clip-Cov and KL-Cov
         select tokens by micro-batch statistics (docs/algorithms.md §4b), so they keep the
         drawn order."""
-        if not self.plan.share_prompts or micro >= len(mb) or self.cfg.loss.loss_mode != "vanilla":
+        if (
+            not self.plan.share_prompts
+            or micro >= len(mb)
+            or self.cfg.loss.loss_mode in BATCH_STATISTIC_MODES
+        ):
             return mb
         return mb[torch.sort(mb // group_size, stable=True).indices]  # rows of a group are adjacent
 
