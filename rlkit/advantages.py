@@ -746,7 +746,10 @@ class SPO(WhitenedBaseline):
 
     def metrics(self, result: AdvantageResult) -> dict:
         d = result.diagnostics
-        return {"spo/baseline_mean": d["baseline"].mean(), "spo/tracked_prompts": d["tracked_prompts"]}
+        return {
+            "spo/baseline_mean": d["baseline"].mean(),
+            "spo/tracked_prompts": d["tracked_prompts"],
+        }
 
     def state_dict(self) -> dict:
         return {"tracker": {k: [alpha, beta] for k, (alpha, beta) in self.tracker.items()}}

@@ -56,9 +56,7 @@ def ids_of(name_case) -> str:
 # against the authors' functions
 
 
-@pytest.mark.parametrize(
-    "name_case", [c for name in STATIC for c in cases(name)], ids=ids_of
-)
+@pytest.mark.parametrize("name_case", [c for name in STATIC for c in cases(name)], ids=ids_of)
 def test_matches_the_authors_function(name_case):
     name, case = name_case
     out = get_estimator(name)(torch.tensor(case["rewards"], dtype=torch.float64))
@@ -216,8 +214,8 @@ def test_method_passes_problem_ids_to_spo_only():
 
 
 def rank_problems(step: int) -> tuple[torch.Tensor, list[Problem]]:
-    """The global batch of ``step``: 4 prompts from a pool of 6, G = 4."""
-    (r, ids), = spo_batches(1, seed=step)
+    """The global batch of ``step``: 4 prompts from a pool of 10, G = 4."""
+    ((r, ids),) = spo_batches(1, seed=step)
     problems = [Problem(id=i, prompt=i, answer="0") for i in ids]
     return r, problems
 
