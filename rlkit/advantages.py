@@ -12,6 +12,7 @@ same advantages. Arithmetic is done in float64 and the result is returned in the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -57,14 +58,22 @@ class AdvantageEstimator:
 
     name = "base"
     min_group_size = 2  # G = 1 leaves no group baseline: every advantage would be 0
+    # the estimator keeps state per prompt: __call__ needs each prompt's ``prompt_ids`` (SPO)
+    needs_prompt_ids = False
 
     def __call__(
-        self, rewards: torch.Tensor, cluster_ids: torch.Tensor | None = None
+        self,
+        rewards: torch.Tensor,
+        cluster_ids: torch.Tensor | None = None,
+        prompt_ids: Sequence[str] | None = None,
     ) -> AdvantageResult:
         rewards = check_rewards(rewards)
         cluster_ids = check_cluster_ids(cluster_ids, rewards.shape[0])
         r = rewards.to(torch.float64)
-        advantages, diagnostics = self.compute(r, cluster_ids)
+        keyed = {}
+        if self.needs_prompt_ids:
+            keyed["prompt_ids"] = check_prompt_ids(prompt_ids, rewards.shape[0], self.name)
+        advantages, diagnostics = self.compute(r, cluster_ids, **keyed)
         diagnostics["frac_reward_zero_std"] = zero_variance_groups(r).to(torch.float64).mean()
         out_dtype = rewards.dtype
         big = torch.finfo(out_dtype).max
@@ -139,6 +148,19 @@ def check_cluster_ids(cluster_ids: torch.Tensor | None, num_prompts: int) -> tor
     return cluster_ids.to(torch.long)
 
 
+def check_prompt_ids(prompt_ids: Sequence[str] | None, num_prompts: int, name: str) -> list[str]:
+    """One id per prompt (row of the rewards), as strings, or a ValueError naming the estimator."""
+    if prompt_ids is None:
+        raise ValueError(
+            f"advantage estimator {name!r} keeps state per prompt: pass prompt_ids, one per "
+            "row of the rewards (rlkit.methods.Method passes each Problem's id)"
+        )
+    if isinstance(prompt_ids, (str, bytes)) or len(prompt_ids) != num_prompts:
+        got = "a string" if isinstance(prompt_ids, (str, bytes)) else f"{len(prompt_ids)} ids"
+        raise ValueError(f"prompt_ids must hold one id per prompt ({num_prompts}), got {got}")
+    return [str(i) for i in prompt_ids]
+
+
 def centered(rewards: torch.Tensor) -> torch.Tensor:
     """r − mean_p: the group-mean baseline shared by GRPO, Dr. GRPO and AGPO."""
     return rewards - rewards.mean(dim=1, keepdim=True)
@@ -150,11 +172,21 @@ def loo_group_baseline(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards.sum(dim=1, keepdim=True) - rewards) / (g - 1)
 
 
+WHITENINGS = ("whiten", "center", "none")
+
+
+def check_whitening(owner: str, mode: str) -> None:
+    """ValueError naming an unknown batch ``whitening`` mode of estimator ``owner``."""
+    if mode not in WHITENINGS:
+        raise ValueError(
+            f"unknown {owner} whitening {mode!r}; known: {', '.join(map(repr, WHITENINGS))}"
+        )
+
+
 def whiten(raw: torch.Tensor, mode: str = "whiten", eps: float = 1e-6) -> torch.Tensor:
     """EBPO's batch normalisation over all P·G entries (docs/algorithms.md §2): ``whiten`` →
     (x − mean) / (std + eps) with the ddof = 1 std (as verl), ``center`` → x − mean, ``none``."""
-    if mode not in ("whiten", "center", "none"):
-        raise ValueError(f"unknown EBPO whitening {mode!r}; known: 'whiten', 'center', 'none'")
+    check_whitening("EBPO", mode)
     if mode == "none":
         return raw
     out = raw - raw.mean()
@@ -276,10 +308,7 @@ class EBPO(AdvantageEstimator):
     ):
         if prior not in ("history", "batch"):
             raise ValueError(f"unknown EBPO prior {prior!r}; known: 'history', 'batch'")
-        if whitening not in ("whiten", "center", "none"):
-            raise ValueError(
-                f"unknown EBPO whitening {whitening!r}; known: 'whiten', 'center', 'none'"
-            )
+        check_whitening("EBPO", whitening)
         if min_cluster_count < 0:
             raise ValueError(f"min_cluster_count must be >= 0, got {min_cluster_count}")
         self.prior, self.whitening = prior, whitening
@@ -392,6 +421,32 @@ def jspo_lambda(
     return ratio.clamp(0.0, 1.0)
 
 
+def loo_prompt_statistics(
+    rewards: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompt i's leave-one-prompt-out statistics over the other k = P − 1 prompts, each [P]
+    (P ≥ 2, G ≥ 2; docs/algorithms.md §2b):
+
+        m_i = mean_{k≠i} μ̂_k,   v_i = mean_{k≠i} Var_unbiased(r_k)/G,   s_i = mean_{k≠i} (μ̂_k − m_i)²
+    """
+    num_prompts, g = rewards.shape
+    k = num_prompts - 1
+    mu = rewards.mean(dim=1)
+    var_of_mean = rewards.var(dim=1, correction=1) / g
+    others_mean = (mu.sum() - mu) / k
+    v = (var_of_mean.sum() - var_of_mean) / k
+    # Σ_{k≠i}(μ̂_k − m_i)² = Σ_{k≠i}(μ̂_k − c)² − k·(m_i − c)², centred at c for precision
+    d = mu - mu.mean()
+    s = (((d * d).sum() - d * d) / k - (others_mean - mu.mean()) ** 2).clamp_min(0.0)
+    return others_mean, v, s
+
+
+def jspo_baseline(rewards: torch.Tensor, lam: torch.Tensor, others_mean: torch.Tensor):
+    """b_ij = (1 − λ_i)·mean_{j'≠j} r_ij' + λ_i·m_i  (docs/algorithms.md §2b), [P, G]."""
+    lam_ = lam.unsqueeze(1)
+    return (1 - lam_) * loo_group_baseline(rewards) + lam_ * others_mean.unsqueeze(1)
+
+
 class JSPOBase(AdvantageEstimator):
     """Shared options and checks of ``jspo`` and ``jspo_plus_plus`` (docs/algorithms.md §2b)."""
 
@@ -438,21 +493,16 @@ class JSPO(JSPOBase):
         if g == 1:
             d = {"shrinkage": zeros, "v_square": zeros, "s_square": zeros}
             return torch.zeros_like(rewards), d
-        mu = rewards.mean(dim=1)
-        var_of_mean = rewards.var(dim=1, correction=1) / g
         if num_prompts == 1:
-            lam, v, s, others_mean = zeros, zeros, zeros, mu
+            lam, v, s, others_mean = zeros, zeros, zeros, rewards.mean(dim=1)
         else:
-            k = num_prompts - 1
-            others_mean = (mu.sum() - mu) / k
-            v = (var_of_mean.sum() - var_of_mean) / k
-            # Σ_{k≠i}(μ̂_k − m_i)² = Σ_{k≠i}(μ̂_k − c)² − k·(m_i − c)², centred at c for precision
-            d = mu - mu.mean()
-            s = (((d * d).sum() - d * d) / k - (others_mean - mu.mean()) ** 2).clamp_min(0.0)
-            lam = jspo_lambda(v, s, k, self.shrinkage, self.eps)
-        lam_ = lam.unsqueeze(1)
-        baseline = (1 - lam_) * loo_group_baseline(rewards) + lam_ * others_mean.unsqueeze(1)
-        return rewards - baseline, {"shrinkage": lam, "v_square": v, "s_square": s}
+            others_mean, v, s = loo_prompt_statistics(rewards)
+            lam = jspo_lambda(v, s, num_prompts - 1, self.shrinkage, self.eps)
+        return rewards - jspo_baseline(rewards, lam, others_mean), {
+            "shrinkage": lam,
+            "v_square": v,
+            "s_square": s,
+        }
 
 
 @register("jspo_plus_plus")
@@ -514,3 +564,207 @@ class JSPOPlusPlus(JSPOBase):
     def load_state_dict(self, state: dict) -> None:
         self.steps = int(state["steps"])
         self.sums = {k: float(v) for k, v in state["sums"].items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The EBPO authors' added baselines (github.com/Tonyzhou98/verl at commit 75b0147,
+# verl/trainer/ppo/core_algos.py; docs/algorithms.md §2c). rlkit shares no code with it.
+
+
+@register("jspo_page")
+class JSPOPage(JSPOBase):
+    """JSPO in its project-page form, with the (n − 1)/n factor (the EBPO authors'
+    ``compute_shrinkage_js_outcome_advantage``; docs/algorithms.md §2c)::
+
+        λ_i  = ((n − 1)/n) · v_i / (v_i + s_i)      (λ_i = 0 where v_i + s_i ≤ eps = 1e-6)
+        b_ij = (1 − λ_i)·mean_{j'≠j} r_ij' + λ_i·m_i,   A_ij = r_ij − b_ij
+
+    n = P prompts; m_i, v_i, s_i are ``jspo``'s leave-one-prompt-out statistics
+    (:func:`loo_prompt_statistics`). ``jspo`` follows the JSPO authors' code: λ_i = v_i/(v_i + s_i
+    + eps), no factor. One prompt (n = 1) or G = 1: b = the group mean, A = r − mean_p (the EBPO
+    authors' fallback; ``jspo`` gives RLOO at n = 1).
+    """
+
+    def __init__(self, eps: float = 1e-6):
+        super().__init__("published", eps)
+
+    def compute(self, rewards, cluster_ids):
+        num_prompts, g = rewards.shape
+        zeros = torch.zeros(num_prompts, dtype=rewards.dtype)
+        if num_prompts == 1 or g == 1:
+            return centered(rewards), {"shrinkage": zeros, "v_square": zeros, "s_square": zeros}
+        others_mean, v, s = loo_prompt_statistics(rewards)
+        denom = v + s
+        ratio = v / denom.clamp_min(torch.finfo(denom.dtype).tiny)
+        lam = torch.where(denom > self.eps, (num_prompts - 1) / num_prompts * ratio, 0.0)
+        return rewards - jspo_baseline(rewards, lam, others_mean), {
+            "shrinkage": lam,
+            "v_square": v,
+            "s_square": s,
+        }
+
+
+@register("bnpo")
+class BNPO(AdvantageEstimator):
+    """Beta-normalised advantage (BNPO, arXiv 2506.02864, the formula of the EBPO authors'
+    ``compute_bnpo_outcome_advantage`` docstring; docs/algorithms.md §2c)::
+
+        A_ij = (r_ij − p_i) / max(f_N(clamp(p_i, eps, 1 − eps); α, β), eps),   p_i = mean_p
+        f_N  = the Beta(α, β) density,   α = 1 + a/3,   β = 1 + b/3
+        (a, b) = the method-of-moments Beta fit of the batch's p_i:
+                 a = c·m, b = c·(1 − m), c = m(1 − m)/var − 1,
+                 m = clamp(mean_i p_i, eps, 1 − eps), var = Var_unbiased(p_i)
+
+    and a = b = 0 (α = β = 1: f_N = 1, REINFORCE with the group-mean baseline) unless
+    eps < var < m(1 − m). α = β = 3/2 would be GRPO's normalisation up to a constant for 0/1
+    rewards. Meant for rewards in [0, 1]; a constant group gets A = 0.
+    """
+
+    def __init__(self, eps: float = 1e-6):
+        if not 0 < eps < 0.5:
+            raise ValueError(f"eps must be in (0, 0.5), got {eps}")
+        self.eps = eps
+
+    def compute(self, rewards, cluster_ids):
+        eps = self.eps
+        p = rewards.mean(dim=1)
+        var_p = p.var(correction=1) if p.numel() > 1 else p.new_zeros(())
+        mean_c = p.mean().clamp(eps, 1 - eps)
+        max_var = mean_c * (1 - mean_c)
+        a = b = p.new_zeros(())
+        if eps < var_p < max_var:
+            concentration = max_var / var_p - 1.0
+            a, b = concentration * mean_c, concentration * (1 - mean_c)
+        alpha, beta = 1.0 + a / 3.0, 1.0 + b / 3.0
+        log_beta_fn = torch.lgamma(alpha) + torch.lgamma(beta) - torch.lgamma(alpha + beta)
+        pc = p.clamp(eps, 1 - eps)
+        log_pdf = (alpha - 1) * torch.log(pc) + (beta - 1) * torch.log(1 - pc) - log_beta_fn
+        f_norm = torch.exp(log_pdf).clamp_min(eps)
+        advantages = (rewards - p.unsqueeze(1)) / f_norm.unsqueeze(1)
+        return advantages, {"alpha": alpha, "beta": beta, "normaliser": f_norm}
+
+    def metrics(self, result: AdvantageResult) -> dict:
+        d = result.diagnostics
+        return {
+            "bnpo/alpha": d["alpha"],
+            "bnpo/beta": d["beta"],
+            "bnpo/normaliser_mean": d["normaliser"].mean(),
+        }
+
+
+class WhitenedBaseline(AdvantageEstimator):
+    """A baseline b, then EBPO's batch whitening of r − b over all P·G entries (:func:`whiten`;
+    the authors' ``norm_adv_by_std_in_grpo``: ``whiten`` if true, ``center`` if false).
+    Subclasses implement :meth:`baseline`, [P, 1] or [P, G]."""
+
+    def __init__(self, whitening: str = "whiten", whiten_eps: float = 1e-6):
+        check_whitening(self.name, whitening)
+        if whiten_eps <= 0:
+            raise ValueError(f"whiten_eps must be positive, got {whiten_eps}")
+        self.whitening, self.whiten_eps = whitening, whiten_eps
+
+    def baseline(self, rewards: torch.Tensor, **keyed) -> torch.Tensor:
+        raise NotImplementedError
+
+    def compute(self, rewards, cluster_ids, **keyed):
+        baseline = self.baseline(rewards, **keyed)
+        raw = rewards - baseline
+        diagnostics = {"baseline": baseline.mean(dim=1), "raw_advantages": raw}
+        return whiten(raw, self.whitening, self.whiten_eps), diagnostics
+
+
+@register("grpo_bn")
+class GRPOBatchNorm(WhitenedBaseline):
+    """GRPO's group-mean baseline with batch normalisation instead of the per-group std (the
+    EBPO authors' ablation ``compute_grpo_bn_outcome_advantage``; docs/algorithms.md §2c)::
+
+        Â = r − mean_p,   A = (Â − mean Â) / (std Â + 1e-6)   over all P·G, std with ddof = 1
+
+    ``grpo`` with ``scale_rewards="batch"`` (TRL's) divides by the std of the rewards r, not of
+    Â, with eps = 1e-4, and does not re-centre.
+    """
+
+    def baseline(self, rewards):
+        return rewards.mean(dim=1, keepdim=True)
+
+
+@register("spo")
+class SPO(WhitenedBaseline):
+    """A persistent per-prompt value tracker as the baseline (SPO, "Single-stream Policy
+    Optimization", arXiv 2509.13232, in the form of the EBPO authors' ``SPOTracker`` and
+    ``compute_spo_outcome_advantage``; docs/algorithms.md §2c)::
+
+        v̂_x  = α_x / (α_x + β_x)      (0.5 for a prompt not seen yet)
+        Â_ij = r_ij − v̂_x(i)          with the tracker as it was *before* this batch
+        A    = (Â − mean Â) / (std Â + 1e-6)   over all P·G (``whitening``)
+        then for each prompt x of the batch, r̄ its mean reward clamped to [0, 1]:
+        α_x ← ρ·α_x + r̄,   β_x ← ρ·β_x + (1 − r̄),   starting from α_x = β_x = n₀/2,
+        n₀ = 1/(1 − ρ_min)
+
+    Keyed by each prompt's id (``prompt_ids``; :class:`rlkit.methods.Method` passes each
+    Problem's id). The tracker is the estimator's state: it is checkpointed and, every rank
+    updating it from the same gathered batch, identical across ranks (the authors keep it in a
+    module global, lost on resume).
+    """
+
+    min_group_size = 1  # the tracker is a baseline for a single completion (single-stream)
+    needs_prompt_ids = True
+
+    def __init__(
+        self,
+        rho: float = 0.9,
+        rho_min: float = 0.875,
+        whitening: str = "whiten",
+        whiten_eps: float = 1e-6,
+    ):
+        if not 0 < rho <= 1:
+            raise ValueError(f"rho must be in (0, 1], got {rho}")
+        if not 0 <= rho_min < 1:
+            raise ValueError(f"rho_min must be in [0, 1), got {rho_min}")
+        super().__init__(whitening, whiten_eps)
+        self.rho, self.prior_count = float(rho), 1.0 / (1.0 - rho_min)
+        self.reset()
+
+    def reset(self) -> None:
+        self.tracker: dict[str, tuple[float, float]] = {}  # prompt id → (α, β)
+
+    def value(self, prompt_id: str) -> float:
+        """v̂ = α / (α + β), 0.5 for a prompt not seen yet."""
+        if prompt_id not in self.tracker:
+            return 0.5
+        alpha, beta = self.tracker[prompt_id]
+        return alpha / (alpha + beta)
+
+    def observe(self, prompt_id: str, reward: float) -> None:
+        """Discount the prompt's counts by ρ and add one observation of ``reward`` ∈ [0, 1]."""
+        reward = max(0.0, min(1.0, reward))
+        half = self.prior_count / 2.0
+        alpha, beta = self.tracker.get(prompt_id, (half, half))
+        self.tracker[prompt_id] = (self.rho * alpha + reward, self.rho * beta + (1.0 - reward))
+
+    def baseline(self, rewards, prompt_ids):
+        values = torch.tensor([self.value(i) for i in prompt_ids], dtype=rewards.dtype)
+        rows: dict[str, list[int]] = {}
+        for row, prompt_id in enumerate(prompt_ids):
+            rows.setdefault(prompt_id, []).append(row)
+        for prompt_id, its_rows in rows.items():  # a prompt twice in a batch: one update
+            self.observe(prompt_id, rewards[its_rows].mean().item())
+        return values.unsqueeze(1)
+
+    def compute(self, rewards, cluster_ids, prompt_ids):
+        advantages, diagnostics = super().compute(rewards, cluster_ids, prompt_ids=prompt_ids)
+        tracked = torch.tensor(float(len(self.tracker)), dtype=rewards.dtype)
+        return advantages, diagnostics | {"tracked_prompts": tracked}
+
+    def metrics(self, result: AdvantageResult) -> dict:
+        d = result.diagnostics
+        return {
+            "spo/baseline_mean": d["baseline"].mean(),
+            "spo/tracked_prompts": d["tracked_prompts"],
+        }
+
+    def state_dict(self) -> dict:
+        return {"tracker": {k: [alpha, beta] for k, (alpha, beta) in self.tracker.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tracker = {str(k): (float(a), float(b)) for k, (a, b) in state["tracker"].items()}

@@ -8,7 +8,6 @@ resumed run continues with the same EMAs.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 

@@ -137,9 +137,16 @@ class Method:
             self.cluster_index.setdefault(label, len(self.cluster_index))
         return torch.tensor([self.cluster_index[label] for label in labels])
 
+    def prompt_ids(self, problems: Sequence[Problem] | None) -> list[str] | None:
+        """Each prompt's Problem id, for an estimator that keeps state per prompt (SPO's tracker),
+        else None."""
+        if not self.estimator.needs_prompt_ids or problems is None:
+            return None
+        return [str(p.id) for p in problems]
+
     def advantages(self, rewards: torch.Tensor, problems: Sequence[Problem]) -> AdvantageResult:
         """docs/algorithms.md §1–§2 on the whole batch's rewards [P, G]."""
-        return self.estimator(rewards, self.cluster_ids(problems))
+        return self.estimator(rewards, self.cluster_ids(problems), self.prompt_ids(problems))
 
     def clip_rule(self, groups: Groups) -> ClipRule:
         return FixedClip(*self.eps, len(groups.problems))

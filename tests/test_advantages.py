@@ -48,6 +48,10 @@ def test_registry_holds_every_spec_estimator():
         "agpo",
         "jspo",
         "jspo_plus_plus",
+        "jspo_page",
+        "bnpo",
+        "grpo_bn",
+        "spo",
         "ppo",
         "dpo",
     }
