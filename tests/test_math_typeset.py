@@ -142,3 +142,28 @@ def test_the_checks_catch_raw_formulas_and_pass_typeset_ones():
         assert not raw_math(text), (text, raw_math(text))
     assert unpaired_dollars("costs $ 5") and unpaired_dollars("$$x$ and")
     assert not unpaired_dollars(r"$a$ and $$b$$, `$PWD`, \$5")
+
+
+MATH = re.compile(r"\$\$.+?\$\$|(?<!\\)\$[^$\n]+?(?<!\\)\$", re.S)
+# An exponent or index of more than one character needs braces; `\sqrt(x)` takes only the "(".
+MALFORMED = re.compile(r"[\^_]\(|\\sqrt\(|\^\S\^|_[^\s{\\]_")
+
+
+def malformed_math(text: str) -> list[str]:
+    bare = re.sub(r"```.*?```|`[^`\n]*(?:\n[^`\n]*)?`", " ", text, flags=re.S)
+    return [
+        m.group()
+        for m in MATH.finditer(bare)
+        if m.group().count("{") != m.group().count("}") or MALFORMED.search(m.group())
+    ]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_formulas_are_well_formed(path):
+    offenders = [f"{where}: {math}" for where, text in markdown_units(path) for math in malformed_math(text)]
+    assert not offenders, f"{path.relative_to(ROOT)}: malformed LaTeX:\n" + "\n".join(offenders)
+
+
+def test_the_well_formed_check_catches_a_bare_exponent():
+    assert malformed_math("$x^(a-1)$") and malformed_math(r"$\sqrt(k/12)$") and malformed_math("$S^*^2$")
+    assert not malformed_math(r"$x^{a-1}$, $x_{(k)}$, $\sqrt{k/12}$, $S^{*2}$, `x^(a)`")
