@@ -106,9 +106,19 @@ def test_theory_notebooks_open_with_a_question_and_a_picture_before_the_claim(st
 
 def test_05_names_its_signals_and_weights_before_its_formulas():
     nb_cells = cells("05_agpo_controllers")
-    formulas = next(i for i, c in enumerate(nb_cells) if "ε = clip(" in c.source)
+    formulas = next(i for i, c in enumerate(nb_cells) if r"$\varepsilon = \operatorname{clip}(" in c.source)
     before = "\n".join(c.source for c in nb_cells[:formulas] if c.cell_type == "markdown")
-    for symbol in ("α", "γ", "δ", "λ", "ζ", "σ̂", "E_probe", "D̂_KL", "H̄_ref"):
+    for symbol in (
+        r"\alpha",
+        r"\gamma",
+        r"\delta",
+        r"\lambda",
+        r"\zeta",
+        r"\hat{\sigma}",
+        r"E_{\text{probe}}",
+        r"\hat{D}_{\mathrm{KL}}",
+        r"\bar{H}_{\text{ref}}",
+    ):
         assert symbol in before, f"05 uses {symbol} in its formulas before defining it"
     assert "7, 7, 7, 9" in before, "05 defines vote entropy without a four-answer example"
     curves = next(i for i, c in enumerate(nb_cells) if "05_agpo_controllers_eps" in c.source)
@@ -123,7 +133,7 @@ def test_06_teaches_how_to_read_a_training_curve():
         for c in nb_cells
         if c.cell_type == "markdown" and c.source.startswith("## How to read a training curve")
     )
-    for point in ("T = 1 sample", "wiggles", "before clipping", "cannot act", "means nothing"):
+    for point in ("$T = 1$ sample", "wiggles", "before clipping", "cannot act", "means nothing"):
         assert point in section, f"06's training-curve section lacks {point!r}"
     first_loss = next(  # the first code cell that prints a loss value
         i for i, c in enumerate(nb_cells) if c.cell_type == "code" and "loss {loss" in c.source
@@ -180,7 +190,9 @@ ISSUE_43_TERMS = (
     "dropout",
     "checkpoint",
 )
-CLASHING_SYMBOLS = ("τ", "θ", "ε", "σ", "λ", "k", "J", "a", "B", "α", "E")
+# typeset as math where the glossary's table does (issue 43 §2)
+CLASHING_SYMBOLS = (r"$\tau$", r"$\theta$", r"$\varepsilon$", r"$\sigma$", r"$\lambda$", "k", "J", "a", "B")
+CLASHING_SYMBOLS += (r"$\alpha$", "E")
 # every method the course names is a glossary entry
 METHOD_NAMES = ("PPO", "GRPO", "Dr. GRPO", "RLOO", "EBPO", "JSPO", "DAPO", "AGPO")
 
