@@ -245,25 +245,25 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
 def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypatch):
     import rlkit.update as update_module
 
-    real = update_module.clipped_surrogate
+    real = update_module.policy_loss
     calls = {"n": 0}
 
     def nan_on_first_call(*args, **kwargs):
-        loss, stats = real(*args, **kwargs)
+        loss, *stats = real(*args, **kwargs)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] == 1 else loss), stats
+        return (loss * float("nan") if calls["n"] == 1 else loss), *stats
 
-    monkeypatch.setattr(update_module, "clipped_surrogate", nan_on_first_call)
+    monkeypatch.setattr(update_module, "policy_loss", nan_on_first_call)
     Trainer(make_config(tmp_path / "once", tiny_model_dir, "steps=2")).train()
     rows = read_metrics(tmp_path / "once")
     assert (rows[1]["nonfinite_skips"], rows[1]["optimizer_steps"]) == (1, 0)
     assert (rows[2]["nonfinite_skips"], rows[2]["optimizer_steps"]) == (1, 1)
 
     def always_nan(*args, **kwargs):
-        loss, stats = real(*args, **kwargs)
-        return loss * float("nan"), stats
+        loss, *stats = real(*args, **kwargs)
+        return loss * float("nan"), *stats
 
-    monkeypatch.setattr(update_module, "clipped_surrogate", always_nan)
+    monkeypatch.setattr(update_module, "policy_loss", always_nan)
     cfg = make_config(tmp_path / "always", tiny_model_dir, "steps=5", "optim.max_nonfinite_skips=2")
     with pytest.raises(NonFiniteError, match="2 consecutive"):
         Trainer(cfg).train()
