@@ -10,6 +10,7 @@ means agreement to rounding (1e-6 on the weights, the issue's bar, is 10⁹ time
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -186,6 +187,98 @@ def test_kill_one_rank_then_resume_continues_the_same_run(tmp_path):
         launch.kill()
     assert len(metrics(out)) < len(whole)
     assert train(out, resume=True) == whole
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(out: Path, *overrides: str, resume: bool = False) -> list[subprocess.Popen]:
+    """Two torchrun launchers of one process each, as two machines would start them: a c10d
+    rendezvous at one address (here localhost), the same id; the ranks are handed out at the
+    rendezvous, so no --node_rank."""
+    rdzv = ["--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}"]
+    rdzv += [f"--rdzv_id=nodes-{os.getpid()}"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"]
+    flags = ["--resume"] if resume else []
+    command += [*rdzv, "-m", "rlkit", "train", *flags, f"output_dir={out}", *overrides]
+    return [
+        subprocess.Popen(
+            command,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a process group per "machine", to kill it whole
+        )
+        for _ in range(2)
+    ]
+
+
+def test_two_nodes_equal_two_processes_on_one(tmp_path):
+    """``torchrun --nnodes 2 --nproc_per_node 1`` twice (c10d rendezvous on localhost) logs
+    what ``--standalone --nproc_per_node 2`` logs, row for row."""
+    short = [*RUN, "steps=2", "checkpoint_every=0"]
+    one = train(tmp_path / "one", *short)
+    nodes = two_nodes(tmp_path / "two", *short)
+    try:
+        for node in nodes:
+            out, _ = node.communicate(timeout=240)
+            assert node.returncode == 0, out[-4000:]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert len(one) >= 2 and metrics(tmp_path / "two") == one
+
+
+def test_a_dead_node_stops_the_other_and_the_run_resumes(tmp_path):
+    """SIGKILL of one "machine" (the launcher of rank 1 and its worker) mid-run: the other
+    node's torchrun exits non-zero within 60 s, and the same two-node launch with --resume
+    then logs what the uninterrupted run logs, row for row."""
+    whole = train(tmp_path / "whole", *RUN)
+    out = tmp_path / "killed"
+    nodes, orphans = two_nodes(out, *RUN), []
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "step_000001" / "manifest.json").exists():
+            assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline
+            time.sleep(0.02)
+        rank1 = next(
+            n
+            for n in nodes
+            if any(b"RANK=1\0" in Path(f"/proc/{p}/environ").read_bytes() for p in workers(n.pid))
+        )
+        survivor = next(n for n in nodes if n is not rank1)
+        orphans = workers(survivor.pid)
+        # the machine dies: its launcher and its worker (torchrun starts each worker in a session
+        # of its own, so killing the launcher's process group alone leaves the worker running)
+        for pid in [*workers(rank1.pid), rank1.pid]:
+            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        survivor.communicate(timeout=60)
+        took = time.monotonic() - start
+        print(f"the surviving node exited {survivor.returncode} after {took:.1f} s")  # 1, 1.5 s
+        assert survivor.returncode != 0
+    finally:
+        for node in nodes:
+            node.kill()
+        for pid in orphans:  # a worker its torchrun left behind, if any
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(metrics(out)) < len(whole)
+    resumed = two_nodes(out, resume=True)
+    try:
+        for node in resumed:
+            text, _ = node.communicate(timeout=240)
+            assert node.returncode == 0, text[-4000:]
+    finally:
+        for node in resumed:
+            node.kill()
+    assert metrics(out) == whole
 
 
 def test_resume_with_another_world_size_is_refused(tmp_path):
