@@ -770,8 +770,12 @@ def check_combination(cfg: TrainConfig) -> None:
         check_dpo(cfg)
     if cfg.parallel.strategy == "fsdp2" and cfg.model.mode == "qlora":
         raise ValueError(
-            "parallel.strategy=fsdp2 with model.mode=qlora: fully_shard cannot shard "
-            "bitsandbytes' 4-bit weights; use parallel.strategy=ddp"
+            "parallel.strategy=fsdp2 with model.mode=qlora: rlkit does not shard bitsandbytes' "
+            "4-bit weights yet (bitsandbytes' FSDP-QLoRA route, bnb_4bit_quant_storage set to "
+            "the compute dtype, is not wired in: its forward and backward run under fully_shard "
+            "on the CPU, but rlkit's gathered generation and saving of the packed weights are "
+            "untested); use parallel.strategy=ddp with model.mode=qlora, or "
+            "parallel.strategy=fsdp2 with model.mode=lora on the unquantized model"
         )
     if run_tis_cap(cfg) is not None and cfg.loss.ratio_temperature != "sampling":
         raise ValueError(

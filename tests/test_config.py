@@ -338,3 +338,12 @@ def test_off_is_a_word_and_only_true_or_false_a_boolean():
     assert (cfg.loss.tis_cap, cfg.tensorboard) == ("off", False)
     with pytest.raises(ValueError, match="tensorboard must be true or false, got 'off'"):
         load_config("tiny-cpu", ["tensorboard=off"])
+
+
+def test_qlora_under_fsdp2_is_refused_with_what_works():
+    with pytest.raises(ValueError) as err:
+        load_config("tiny-cpu", ["model.mode=qlora", "parallel.strategy=fsdp2"])
+    message = str(err.value)
+    assert "parallel.strategy=ddp with model.mode=qlora" in message
+    assert "parallel.strategy=fsdp2 with model.mode=lora on the unquantized model" in message
+    assert "bnb_4bit_quant_storage" in message and "not wired in" in message
