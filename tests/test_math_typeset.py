@@ -49,7 +49,9 @@ RAW_MATH = re.compile(
 )
 
 
-INDENTED_CODE = re.compile(r"(?:^|(?<=\n\n))(?! *(?:[-*+]|\d+\.) )( {4,}\S[^\n]*(?:\n {4,}\S[^\n]*)*)(?=\n\n|\n?$)")
+INDENTED_CODE = re.compile(
+    r"(?:^|(?<=\n\n))(?! *(?:[-*+]|\d+\.) )( {4,}\S[^\n]*(?:\n {4,}\S[^\n]*)*)(?=\n\n|\n?$)"
+)
 
 
 def prose(text: str) -> str:
@@ -61,7 +63,10 @@ def prose(text: str) -> str:
 def raw_math(text: str) -> list[str]:
     """The raw formula fragments of a Markdown text, each with some context."""
     bare = prose(text)
-    return [bare[max(0, m.start() - 25) : m.end() + 25].replace("\n", " ") for m in RAW_MATH.finditer(bare)]
+    return [
+        bare[max(0, m.start() - 25) : m.end() + 25].replace("\n", " ")
+        for m in RAW_MATH.finditer(bare)
+    ]
 
 
 def unpaired_dollars(text: str) -> bool:
@@ -103,8 +108,14 @@ FILES = NOTEBOOKS + DOCS
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_formulas_are_typeset(path):
-    offenders = [f"{where}: …{fragment}…" for where, text in markdown_units(path) for fragment in raw_math(text)]
-    assert not offenders, f"{path.relative_to(ROOT)}: raw formula text outside $…$:\n" + "\n".join(offenders)
+    offenders = [
+        f"{where}: …{fragment}…"
+        for where, text in markdown_units(path)
+        for fragment in raw_math(text)
+    ]
+    assert not offenders, f"{path.relative_to(ROOT)}: raw formula text outside $…$:\n" + "\n".join(
+        offenders
+    )
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
@@ -160,10 +171,16 @@ def malformed_math(text: str) -> list[str]:
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_formulas_are_well_formed(path):
-    offenders = [f"{where}: {math}" for where, text in markdown_units(path) for math in malformed_math(text)]
+    offenders = [
+        f"{where}: {math}" for where, text in markdown_units(path) for math in malformed_math(text)
+    ]
     assert not offenders, f"{path.relative_to(ROOT)}: malformed LaTeX:\n" + "\n".join(offenders)
 
 
 def test_the_well_formed_check_catches_a_bare_exponent():
-    assert malformed_math("$x^(a-1)$") and malformed_math(r"$\sqrt(k/12)$") and malformed_math("$S^*^2$")
+    assert (
+        malformed_math("$x^(a-1)$")
+        and malformed_math(r"$\sqrt(k/12)$")
+        and malformed_math("$S^*^2$")
+    )
     assert not malformed_math(r"$x^{a-1}$, $x_{(k)}$, $\sqrt{k/12}$, $S^{*2}$, `x^(a)`")

@@ -106,7 +106,9 @@ def test_theory_notebooks_open_with_a_question_and_a_picture_before_the_claim(st
 
 def test_05_names_its_signals_and_weights_before_its_formulas():
     nb_cells = cells("05_agpo_controllers")
-    formulas = next(i for i, c in enumerate(nb_cells) if r"$\varepsilon = \operatorname{clip}(" in c.source)
+    formulas = next(
+        i for i, c in enumerate(nb_cells) if r"$\varepsilon = \operatorname{clip}(" in c.source
+    )
     before = "\n".join(c.source for c in nb_cells[:formulas] if c.cell_type == "markdown")
     for symbol in (
         r"\alpha",
@@ -191,7 +193,17 @@ ISSUE_43_TERMS = (
     "checkpoint",
 )
 # typeset as math where the glossary's table does (issue 43 §2)
-CLASHING_SYMBOLS = (r"$\tau$", r"$\theta$", r"$\varepsilon$", r"$\sigma$", r"$\lambda$", "k", "J", "a", "B")
+CLASHING_SYMBOLS = (
+    r"$\tau$",
+    r"$\theta$",
+    r"$\varepsilon$",
+    r"$\sigma$",
+    r"$\lambda$",
+    "k",
+    "J",
+    "a",
+    "B",
+)
 CLASHING_SYMBOLS += (r"$\alpha$", "E")
 # every method the course names is a glossary entry
 METHOD_NAMES = ("PPO", "GRPO", "Dr. GRPO", "RLOO", "EBPO", "JSPO", "DAPO", "AGPO")
