@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from rlkit.advantages import ESTIMATORS
-from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
+from rlkit.controllers import EMA_UPDATES, AdaptiveClip, AdaptiveTemperature
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
@@ -213,6 +213,10 @@ class AGPOConfig:
     dispersion: str = "std"
     # the MAD's median at even G: midpoint (scipy) | lower (the authors' torch.median), §1
     mad_median: str = "midpoint"
+    # when Ū and H̄_ref are read and written within a step (§3 "Running averages"): per_prompt
+    # (Ū prompt by prompt, the authors' commit 11e5596) | per_minibatch (one frozen copy of each,
+    # updated once from the batch mean, their commit d6676b8)
+    ema_update: str = "per_prompt"
     temperature: dict = field(default_factory=dict)  # AdaptiveTemperature kwargs
     clip: dict = field(default_factory=dict)  # AdaptiveClip kwargs
 
@@ -220,6 +224,7 @@ class AGPOConfig:
         _choice("agpo.probe", self.probe, ("full", "previous", "reuse"))
         _choice("agpo.dispersion", self.dispersion, ("std", "mad", "iqr"))
         _choice("agpo.mad_median", self.mad_median, MAD_MEDIANS)
+        _choice("agpo.ema_update", self.ema_update, EMA_UPDATES)
 
 
 @dataclass
@@ -729,12 +734,13 @@ def check_combination(cfg: TrainConfig) -> None:
     """Checks that span sections: estimator and controller options, the group size each needs."""
     estimator = ESTIMATORS[cfg.algo.estimator]
     _check_kwargs("algo.options", estimator, cfg.algo.options)
-    _check_kwargs("agpo.clip", AdaptiveClip, cfg.agpo.clip)
+    one_rule = {"ema_update": "agpo.ema_update"}  # both controllers' running averages
+    _check_kwargs("agpo.clip", AdaptiveClip, cfg.agpo.clip, reserved=one_rule)
     _check_kwargs(
         "agpo.temperature",
         AdaptiveTemperature,
         cfg.agpo.temperature,
-        reserved={"tau_base": "rollout.temperature"},
+        reserved={"tau_base": "rollout.temperature", **one_rule},
     )
     needs = {f"algo.estimator={cfg.algo.estimator}": estimator.min_group_size}
     needs |= {"agpo.enabled=true": 2 if cfg.agpo.enabled else 1}
@@ -908,7 +914,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         (
             "agpo",
             agpo,
-            ("probe", "adaptive_temperature", "adaptive_clip", "temperature", "clip"),
+            ("probe", "adaptive_temperature", "adaptive_clip", "ema_update", "temperature", "clip"),
             not agpo.enabled,
             "agpo.enabled=false: the AGPO controllers are off",
             "set agpo.enabled=true or leave it at its default",
@@ -945,6 +951,15 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             agpo.enabled and not agpo.adaptive_clip,
             "agpo.adaptive_clip=false: the clip controller is off",
             "set agpo.adaptive_clip=true or leave it at its default",
+        ),
+        (
+            "agpo",
+            agpo,
+            ("ema_update",),
+            agpo.enabled and not agpo.adaptive_temperature and not agpo.adaptive_clip,
+            "agpo.adaptive_temperature=false and agpo.adaptive_clip=false: no controller keeps "
+            "a running average",
+            "switch a controller on or leave it at its default",
         ),
         (
             "algo",

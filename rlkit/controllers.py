@@ -3,6 +3,19 @@
 Both are fed by a :class:`ProbeStats` record computed from a probe group of G completions per
 prompt, and return one value per prompt. They are small stateful objects with ``state_dict`` so a
 resumed run continues with the same EMAs.
+
+``ema_update`` picks when the running averages Ū (temperature) and H̄_ref (clip) are read and
+written within one call, i.e. one step's prompts over every rank (docs/algorithms.md §3,
+"Running averages"):
+
+- ``per_prompt`` (default): Ū is read and updated prompt by prompt, as the authors' code at
+  commit 11e5596 does; H̄_ref is read once and updated once from the batch mean of H, initialised
+  at the first batch's mean (rlkit's convention).
+- ``per_minibatch``: every prompt reads the same frozen copy of Ū and of H̄_ref, and each is
+  updated once from the batch mean, as the authors' code at commit d6676b8 does
+  (``update_ema_from_batch`` in ``src/llamafactory/train/agpo/trainer.py``). Warm-up: while the
+  copy is ≤ 1e-8, every prompt's Ũ is 0, every prompt's H is its own reference (ratio 1), and the
+  average is set to the batch mean.
 """
 
 from __future__ import annotations
@@ -15,6 +28,8 @@ import torch
 
 from rlkit.answers import vote_entropy
 from rlkit.stats import Ema, adjusted_skewness, dispersion
+
+EMA_FLOOR = 1e-8  # Ū (both rules) or H̄_ref (per_minibatch) at or below this: not initialised
 
 
 @dataclass
@@ -86,6 +101,71 @@ def _check_nonnegative(**values: float) -> None:
             raise ValueError(f"{name} must be >= 0, got {value}")
 
 
+def _choose_rule(key: str, name: str, rules: dict):
+    if name not in rules:
+        raise ValueError(f"{key} must be one of {', '.join(rules)}, got {name!r}")
+    return rules[name]
+
+
+def centre_per_prompt(u: list[float], u_bar: float, rate: float) -> tuple[list[float], float]:
+    """Ũ of each prompt against Ū as the prompts before it left it, and the final Ū: the authors'
+    ``compute_centered_uncertainty`` called prompt by prompt (commit 11e5596)."""
+    u_tilde = []
+    for u_p in u:
+        if u_bar <= EMA_FLOOR:
+            u_tilde.append(0.0)
+            u_bar = u_p
+            continue
+        u_tilde.append((u_p - u_bar) / (u_bar + EMA_FLOOR))
+        u_bar = (1 - rate) * u_bar + rate * u_p
+    return u_tilde, u_bar
+
+
+def centre_per_minibatch(u: list[float], u_bar: float, rate: float) -> tuple[list[float], float]:
+    """Ũ of every prompt against the same Ū, then Ū ← EMA of the batch mean of U (mean ``Σ/n``
+    summed in order): the authors' snapshot and ``update_ema_from_batch`` (commit d6676b8)."""
+    if not u:
+        return [], u_bar
+    mean = sum(u) / len(u)
+    if u_bar <= EMA_FLOOR:
+        return [0.0] * len(u), mean
+    return [(u_p - u_bar) / (u_bar + EMA_FLOOR) for u_p in u], (1 - rate) * u_bar + rate * mean
+
+
+def relative_entropy_batch_mean(entropy: torch.Tensor, ref: Ema) -> torch.Tensor:
+    """H / max(H̄_ref, 1e-8) with H̄_ref initialised at the first batch mean of H, then H̄_ref
+    takes in this batch's mean (rlkit's convention, ``ema_update=per_prompt``)."""
+    if ref.value is None:
+        ref.update(entropy.mean())
+    ratio = entropy / max(ref.value, EMA_FLOOR)
+    ref.update(entropy.mean())
+    return ratio
+
+
+def relative_entropy_snapshot(entropy: torch.Tensor, ref: Ema) -> torch.Tensor:
+    """max(H, 1e-8) / max(H̄_ref, 1e-8) against one frozen H̄_ref, each prompt's own H while
+    H̄_ref ≤ 1e-8; then H̄_ref ← EMA of the batch mean of H, or the mean itself while ≤ 1e-8
+    (commit d6676b8: ``entropy_ref_snapshot``, ``update_ema_from_batch``). In float64, as
+    theirs, rounded to float32."""
+    h = entropy.to(torch.float64)
+    values = h.reshape(-1).tolist()
+    warm = ref.value is None or ref.value <= EMA_FLOOR
+    reference = h if warm else torch.full_like(h, ref.value)
+    ratio = h.clamp_min(EMA_FLOOR) / reference.clamp_min(EMA_FLOOR)
+    if warm:
+        ref.value = None  # the next update sets it to the mean
+    ref.update(sum(values) / len(values))
+    return ratio.to(torch.float32)
+
+
+CENTRE_UNCERTAINTY = {"per_prompt": centre_per_prompt, "per_minibatch": centre_per_minibatch}
+RELATIVE_ENTROPY = {
+    "per_prompt": relative_entropy_batch_mean,
+    "per_minibatch": relative_entropy_snapshot,
+}
+EMA_UPDATES = tuple(CENTRE_UNCERTAINTY)
+
+
 class AdaptiveTemperature:
     """Adaptive temperature sampling (docs/algorithms.md §3 step 2)::
 
@@ -93,8 +173,10 @@ class AdaptiveTemperature:
         Ũ  = (U − Ū) / (Ū + 1e-8)
         τ  = clip(τ_base · (1 + λ·Ũ), τ_min, τ_max)
 
-    Ū is an EMA (``ema_rate``) of U updated prompt by prompt, after that prompt's τ is computed.
-    Warm-up: while Ū ≤ 1e-8, Ũ = 0 and Ū ← U.
+    Ū is an EMA (``ema_rate``) of U. ``ema_update="per_prompt"``: updated prompt by prompt, after
+    that prompt's τ is computed; warm-up: while Ū ≤ 1e-8, Ũ = 0 and Ū ← U (commit 11e5596).
+    ``"per_minibatch"``: every prompt of the call reads the same Ū, then Ū ← EMA of the batch mean
+    of U; warm-up: while Ū ≤ 1e-8, Ũ = 0 for the whole batch and Ū ← mean U (commit d6676b8).
     """
 
     def __init__(
@@ -107,6 +189,7 @@ class AdaptiveTemperature:
         tau_min: float = 0.5,
         tau_max: float = 1.5,
         ema_rate: float = 0.1,
+        ema_update: str = "per_prompt",
     ):
         _check_range("temperature", tau_min, tau_max)
         _check_nonnegative(w_dispersion=w_dispersion, w_entropy=w_entropy, w_skew=w_skew, lam=lam)
@@ -114,6 +197,7 @@ class AdaptiveTemperature:
             raise ValueError(f"tau_base must be > 0, got {tau_base}")
         if not 0 < ema_rate <= 1:
             raise ValueError(f"ema_rate must be in (0, 1], got {ema_rate}")
+        self.centre = _choose_rule("ema_update", ema_update, CENTRE_UNCERTAINTY)
         self.w = (w_dispersion, w_entropy, w_skew)
         self.lam, self.tau_base, self.tau_min, self.tau_max = lam, tau_base, tau_min, tau_max
         self.ema_rate = ema_rate
@@ -125,13 +209,8 @@ class AdaptiveTemperature:
 
     def __call__(self, stats: ProbeStats) -> torch.Tensor:
         u = self.uncertainty(stats).to(torch.float64)
-        u_tilde = torch.zeros_like(u)
-        for p, u_p in enumerate(u.tolist()):  # Ū is a sequential EMA: prompt p sees Ū after p − 1
-            if self.u_bar <= 1e-8:
-                self.u_bar = u_p
-                continue
-            u_tilde[p] = (u_p - self.u_bar) / (self.u_bar + 1e-8)
-            self.u_bar = (1 - self.ema_rate) * self.u_bar + self.ema_rate * u_p
+        u_tilde, self.u_bar = self.centre(u.tolist(), self.u_bar, self.ema_rate)
+        u_tilde = torch.tensor(u_tilde, dtype=torch.float64)
         tau = self.tau_base * (1 + self.lam * u_tilde)
         self.last_u, self.last_u_tilde = u.to(torch.float32), u_tilde.to(torch.float32)
         return tau.clamp(self.tau_min, self.tau_max).to(torch.float32)
@@ -153,8 +232,11 @@ class AdaptiveClip:
                   / (1 + α·σ̂ + γ·D̂_KL + ζ·|κ̃₃|),  ε_min, ε_max )
 
     H is the mean token entropy of the pre-update policy on the training completions (a scalar or
-    one value per prompt), H̄_ref an EMA of its batch mean (rate ``entropy_ema_rate``, initialised
-    at the first value and updated after use). D̂_KL is an EMA (rate ``kl_ema_rate``) of the
+    one value per prompt), H̄_ref an EMA of its batch mean (rate ``entropy_ema_rate``), read once
+    per call and updated after use. ``ema_update="per_prompt"``: H̄_ref is initialised at the first
+    batch mean, which that batch's ratio already reads. ``"per_minibatch"`` (commit d6676b8):
+    while H̄_ref ≤ 1e-8 each prompt's H is its own reference and H̄_ref ← the batch mean; the ratio
+    is max(H, 1e-8) / max(H̄_ref, 1e-8). D̂_KL is an EMA (rate ``kl_ema_rate``) of the
     post-update drift: :meth:`update_kl` receives the per-prompt k1 estimates
     mean_t(log π_old − log π_new), clamps them at 0 and feeds their batch mean, so each step's ε
     uses the previous step's drift (docs/algorithms.md §3 step 5).
@@ -175,6 +257,7 @@ class AdaptiveClip:
         entropy_ema_rate: float = 0.01,
         kl_ema_rate: float = 0.1,
         entropy_ratio: bool = True,
+        ema_update: str = "per_prompt",
     ):
         _check_range("clip epsilon", eps_min, eps_max)
         if not isinstance(entropy_ratio, bool):
@@ -185,14 +268,13 @@ class AdaptiveClip:
         self.eps_base, self.eps_min, self.eps_max = eps_base, eps_min, eps_max
         self.alpha, self.gamma, self.delta, self.zeta = alpha, gamma, delta, zeta
         self.entropy_ratio = entropy_ratio
+        self.relative_entropy = _choose_rule("ema_update", ema_update, RELATIVE_ENTROPY)
         self.entropy_ref = Ema(entropy_ema_rate)
         self.kl = Ema(kl_ema_rate, value=0.0)
 
     def __call__(self, stats: ProbeStats, entropy: torch.Tensor | float) -> torch.Tensor:
         entropy = torch.as_tensor(entropy, dtype=torch.float32)
-        if self.entropy_ref.value is None:
-            self.entropy_ref.update(entropy.mean())
-        ratio = (entropy / max(self.entropy_ref.value, 1e-8)).clamp(0.5, 1.5)
+        ratio = self.relative_entropy(entropy, self.entropy_ref).clamp(0.5, 1.5)
         if not self.entropy_ratio:
             ratio = torch.ones_like(ratio)
         numerator = self.eps_base * ratio * (1 + self.delta * stats.vote_entropy)
@@ -202,7 +284,6 @@ class AdaptiveClip:
             + self.gamma * self.kl.value
             + self.zeta * stats.skewness.abs()
         )
-        self.entropy_ref.update(entropy.mean())
         self.last_eps = (
             (numerator / denominator).clamp(self.eps_min, self.eps_max).to(torch.float32)
         )

@@ -537,8 +537,10 @@ def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Method:
         return Method(**common)
     return AGPO(
         **common,
-        temperature=AdaptiveTemperature(tau_base=cfg.rollout.temperature, **agpo.temperature),
-        clip=AdaptiveClip(**agpo.clip),
+        temperature=AdaptiveTemperature(
+            tau_base=cfg.rollout.temperature, ema_update=agpo.ema_update, **agpo.temperature
+        ),
+        clip=AdaptiveClip(ema_update=agpo.ema_update, **agpo.clip),
         probe=agpo.probe,
         dispersion=agpo.dispersion,
         mad_median=agpo.mad_median,

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
+from rlkit.controllers import EMA_UPDATES, AdaptiveClip, AdaptiveTemperature, ProbeStats
 
 
 def stats(dispersion, entropy=None, skewness=None) -> ProbeStats:
@@ -128,15 +128,16 @@ def test_ats_matches_reference_over_steps():
         assert ats.u_bar == pytest.approx(u_bar, rel=1e-6)
 
 
-def test_ats_state_dict_round_trip_continues_identically():
+@pytest.mark.parametrize("rule", EMA_UPDATES)
+def test_ats_state_dict_round_trip_continues_identically(rule):
     g = torch.Generator().manual_seed(2)
     batches = [random_stats(g, 5) for _ in range(4)]
-    a = AdaptiveTemperature()
+    a = AdaptiveTemperature(ema_update=rule)
     for s in batches[:2]:
         a(s)
-    b = AdaptiveTemperature()
+    b = AdaptiveTemperature(ema_update=rule)
     b.load_state_dict(round_trip(a.state_dict()))
-    fresh = AdaptiveTemperature()
+    fresh = AdaptiveTemperature(ema_update=rule)
     for s in batches[2:]:
         assert torch.equal(a(s), b(s))
     assert not torch.equal(fresh(batches[3]), a(batches[3]))
@@ -179,6 +180,7 @@ def test_ats_stays_within_its_clip_bounds(batches, lam, bounds, w_skew):
         (dict(tau_base=0.0), "tau_base"),
         (dict(ema_rate=-0.1), "ema_rate"),
         (dict(ema_rate=1.5), "ema_rate"),
+        (dict(ema_update="per_step"), "ema_update must be one of per_prompt, per_minibatch"),
     ],
 )
 def test_ats_bad_options(options, message):
@@ -278,19 +280,20 @@ def test_adaptive_clip_matches_reference_over_steps():
         assert clip.entropy_ref.value == pytest.approx(h_ref, rel=1e-6)
 
 
-def test_adaptive_clip_state_dict_round_trip_continues_identically():
+@pytest.mark.parametrize("rule", EMA_UPDATES)
+def test_adaptive_clip_state_dict_round_trip_continues_identically(rule):
     g = torch.Generator().manual_seed(4)
     steps = [
         (random_stats(g, 4), torch.rand(4, generator=g) + 0.5, torch.randn(4, generator=g))
         for _ in range(4)
     ]
-    a = AdaptiveClip()
+    a = AdaptiveClip(ema_update=rule)
     for s, h, kl in steps[:2]:
         a(s, h)
         a.update_kl(kl)
-    b = AdaptiveClip()
+    b = AdaptiveClip(ema_update=rule)
     b.load_state_dict(round_trip(copy.deepcopy(a.state_dict())))
-    fresh = AdaptiveClip()
+    fresh = AdaptiveClip(ema_update=rule)
     for s, h, kl in steps[2:]:
         assert torch.equal(a(s, h), b(s, h))
         assert a.update_kl(kl) == b.update_kl(kl)
@@ -337,8 +340,161 @@ def test_adaptive_clip_stays_within_its_clip_bounds(steps, bounds, eps_base):
         (dict(zeta=-0.1), "zeta"),
         (dict(entropy_ema_rate=-0.01), "rate"),
         (dict(kl_ema_rate=0.0), "rate"),
+        (dict(ema_update="per_step"), "ema_update must be one of per_prompt, per_minibatch"),
     ],
 )
 def test_adaptive_clip_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
         AdaptiveClip(**options)
+
+
+# ---------------------------------------------------------------------------------------------
+# The running averages against the AGPO authors' code (docs/algorithms.md §3, "Running averages")
+#
+# Transcribed from github.com/wandugu/paper_agpo, src/llamafactory/train/agpo/trainer.py:
+# ``compute_centered_uncertainty``, ``compute_adaptive_temperature``, ``compute_adaptive_clip``
+# (the same at commits 11e5596 and d6676b8 but for the clip's entropy ratio, whose denominator
+# gained no ``+ floor`` at d6676b8), ``update_ema_from_batch`` (new at d6676b8), the controller
+# lines of ``_collect_agpo_rollouts`` and the step-KL EMA of ``ppo_train``. Their defaults
+# (config.yaml): floors 1e-8, ema_alpha 0.1, entropy_ref_ema_alpha 0.01, entropy clamp [0.5, 1.5].
+FLOOR = 1e-8
+
+
+def authors_centered_uncertainty(raw, ema, alpha):
+    if ema <= FLOOR:
+        return 0.0, raw
+    return (raw - ema) / (ema + FLOOR), alpha * raw + (1.0 - alpha) * ema
+
+
+def authors_update_ema_from_batch(values, previous, alpha):
+    if not values:
+        return previous
+    batch_mean = sum(values) / len(values)
+    if previous <= FLOOR:
+        return batch_mean
+    return alpha * batch_mean + (1.0 - alpha) * previous
+
+
+def authors_temperature(centered, tau_base, lam, tau_min, tau_max):
+    tau = torch.tensor(tau_base * (1.0 + lam * centered))
+    return float(torch.clamp(tau, min=tau_min, max=tau_max).item())
+
+
+def authors_clip(sigma, skew, entropy, entropy_ref, e_probe, step_kl, o):
+    denom = 1.0 + o["alpha"] * sigma + o["gamma"] * step_kl + o["zeta"] * abs(skew)
+    ratio = max(entropy, FLOOR) / max(entropy_ref, FLOOR)  # d6676b8
+    controller = float(torch.clamp(torch.tensor(ratio), min=0.5, max=1.5).item())
+    eps = o["eps_base"] * controller * (1.0 + o["delta"] * e_probe) / denom
+    return float(torch.clamp(torch.tensor(eps), min=o["eps_min"], max=o["eps_max"]).item())
+
+
+def authors_minibatch(u, s, h, state, t, c):
+    """One ``_collect_agpo_rollouts`` of d6676b8: every prompt reads the snapshots taken before
+    the first; both EMAs are updated once from the batch means afterwards."""
+    u_snapshot, h_snapshot, step_kl_ema = state
+    taus, centred, eps = [], [], []
+    for p in range(len(u)):
+        centered, _ = authors_centered_uncertainty(u[p], u_snapshot, t["ema_rate"])
+        centred.append(centered)
+        taus.append(authors_temperature(centered, t["tau_base"], t["lam"], 0.5, 1.5))
+        h_ref = h_snapshot if h_snapshot > FLOOR else h[p]
+        sigma, skew, e_probe = (float(getattr(s, f)[p]) for f in STATS)
+        eps.append(authors_clip(sigma, skew, h[p], h_ref, e_probe, step_kl_ema, c))
+    u_bar = authors_update_ema_from_batch(u, u_snapshot, t["ema_rate"])
+    h_bar = authors_update_ema_from_batch(h, h_snapshot, c["entropy_ema_rate"])
+    return taus, centred, eps, (u_bar, h_bar, step_kl_ema)
+
+
+def authors_per_prompt_ubar(u, u_bar, rate):
+    """11e5596: ``compute_centered_uncertainty`` prompt by prompt, its EMA written back."""
+    centred = []
+    for value in u:
+        centered, u_bar = authors_centered_uncertainty(value, u_bar, rate)
+        centred.append(centered)
+    return centred, u_bar
+
+
+STATS = ("dispersion", "skewness", "vote_entropy")
+RULE_STEPS = [(3, 2, True), (4, 2, False), (1, 4, False), (5, 8, False), (6, 2, False)]
+
+
+def probe_batches(seed: int):
+    """Probe statistics of P prompts × G rewards per step, (P, G, all rewards equal): a first
+    batch of constant groups with one vote each (U = 0: the warm-up holds), then G = 2, a single
+    prompt, G = 8 and groups with repeated rewards; the per-prompt H and step drift of each."""
+    g = torch.Generator().manual_seed(seed)
+    for p, group, constant in RULE_STEPS:
+        rewards = torch.randint(0, 3, (p, group), generator=g).float() / 2
+        rewards[0] = rewards[0, 0]  # one constant group in every batch
+        votes = torch.randint(0, 3, (p, group), generator=g)
+        if constant:
+            rewards[:] = 1.0
+            votes[:] = 0
+        answers = [[str(v) for v in row.tolist()] for row in votes]
+        stats = ProbeStats.from_rewards(rewards, answers)
+        entropy = torch.rand(p, generator=g) * 2 + 0.05
+        yield stats, entropy, torch.randn(p, generator=g) * 0.05
+
+
+def test_per_minibatch_rule_is_the_authors_d6676b8_on_the_same_inputs():
+    """``ema_update=per_minibatch`` against d6676b8 over five steps (a warm-up batch of constant
+    groups, G = 2, P = 1, G = 8): Ū, H̄_ref and D̂_KL equal in float64, Ũ and τ equal (float32,
+    theirs through ``torch.tensor``), ε to float32 rounding (their ε is computed in float64 from
+    a float32-rounded entropy factor, rlkit's in float32)."""
+    t = dict(lam=0.3, tau_base=1.0, ema_rate=0.2)
+    c = dict(eps_base=0.25, eps_min=0.05, eps_max=0.4, alpha=0.8, gamma=2.0, delta=0.3, zeta=0.1)
+    ats = AdaptiveTemperature(**t, w_skew=0.5, ema_update="per_minibatch")
+    rates = dict(entropy_ema_rate=0.05, kl_ema_rate=t["ema_rate"])  # their step KL: ema_alpha
+    clip = AdaptiveClip(**c, **rates, ema_update="per_minibatch")
+    c |= rates
+    state = (0.0, 0.0, 0.0)  # their *_ema_init
+    for step, (stats, entropy, drift) in enumerate(probe_batches(0)):
+        u = ats.uncertainty(stats).to(torch.float64).tolist()  # the same U into both
+        taus, centred, eps, state = authors_minibatch(u, stats, entropy.tolist(), state, t, c)
+        assert ats(stats).tolist() == taus
+        assert ats.last_u_tilde.tolist() == torch.tensor(centred).tolist()
+        assert clip(stats, entropy).tolist() == pytest.approx(eps, rel=2e-7)
+        step_kl = float(torch.stack(list(drift.clamp_min(0))).mean())  # _estimate_step_kl
+        state = (*state[:2], t["ema_rate"] * step_kl + (1.0 - t["ema_rate"]) * state[2])
+        assert (ats.u_bar, clip.entropy_ref.value, clip.update_kl(drift)) == state
+        if step == 0:  # constant groups, one vote: U = 0, still warming up, τ = τ_base
+            assert ats.u_bar == 0.0 and taus == [1.0] * 3 and centred == [0.0] * 3
+        if step == 1:  # the first batch with U > 0 only sets Ū (Ũ = 0), as the first H̄_ref
+            assert centred == [0.0] * 4 and ats.u_bar == sum(u) / len(u) > 0
+
+
+def test_per_prompt_rule_is_the_authors_11e5596_on_the_same_inputs():
+    """``ema_update=per_prompt`` (the default): Ū read and written prompt by prompt, as
+    11e5596's ``compute_centered_uncertainty`` in its prompt loop, equal in float64. d6676b8's
+    snapshot agrees during the warm-up and departs from the first batch with U > 0 on; with one
+    prompt per call (their shipped configs' per_device_train_batch_size: 1) the rules coincide."""
+    t = dict(lam=0.3, tau_base=1.0, ema_rate=0.2)
+    per_prompt = AdaptiveTemperature(**t)
+    snapshot = AdaptiveTemperature(**t, ema_update="per_minibatch")
+    one_by_one = [AdaptiveTemperature(**t, ema_update=rule) for rule in EMA_UPDATES]
+    u_bar, differ = 0.0, []
+    for stats, _, _ in probe_batches(1):
+        u = per_prompt.uncertainty(stats).to(torch.float64).tolist()
+        centred, u_bar = authors_per_prompt_ubar(u, u_bar, t["ema_rate"])
+        taus = [authors_temperature(x, t["tau_base"], t["lam"], 0.5, 1.5) for x in centred]
+        assert per_prompt(stats).tolist() == taus and per_prompt.u_bar == u_bar
+        differ.append(snapshot(stats).tolist() != taus)
+        for p in range(len(u)):
+            a, b = (ctl(stats.select([p])) for ctl in one_by_one)
+            assert torch.equal(a, b) and one_by_one[0].u_bar == one_by_one[1].u_bar
+    assert differ == [False, True, True, True, True]
+    assert one_by_one[0].u_bar == per_prompt.u_bar  # one prompt per call = prompt by prompt
+
+
+def test_per_minibatch_entropy_reference_warms_up_on_each_prompts_own_entropy():
+    """d6676b8: while H̄_ref ≤ 1e-8 every prompt's ratio is max(H, 1e-8)/max(H, 1e-8) = 1 (a
+    prompt with H = 0 too), and H̄_ref becomes the batch mean; rlkit's per_prompt rule reads the
+    first batch mean at once, so its first ratios are H / mean H."""
+    s = stats([0.0, 0.0, 0.0])
+    h = torch.tensor([0.0, 0.5, 1.5])
+    options = dict(alpha=0.0, gamma=0.0, delta=0.0, eps_min=0.01, eps_max=1.0)
+    snapshot = AdaptiveClip(**options, ema_update="per_minibatch")
+    assert snapshot(s, h).tolist() == pytest.approx([0.2] * 3)
+    assert snapshot.entropy_ref.value == pytest.approx(2 / 3)
+    per_prompt = AdaptiveClip(**options)  # ratios 0, .75, 2.25, clamped to [.5, 1.5]
+    assert per_prompt(s, h).tolist() == pytest.approx([0.1, 0.15, 0.3])
