@@ -76,6 +76,10 @@ def test_overrides_are_typed_and_nested():
         ),
         ("agpo.probe=half", "agpo.probe must be one of"),
         ("agpo.mad_median=upper", r"agpo\.mad_median must be one of \['midpoint', 'lower'\]"),
+        (
+            "agpo.ema_update=per_step",
+            r"agpo\.ema_update must be one of \['per_prompt', 'per_minibatch'\]",
+        ),
         ("rollout.top_p=1.5", "rollout.top_p must be in"),
         ("optim.lr=-1", "optim.lr must be > 0"),
         ("model.mode=int8", "mode"),
@@ -152,6 +156,26 @@ def test_agpo_mad_median_reaches_the_probe_and_the_agpo_advantage(estimator):
         assert (method.estimator.mad_median, default.estimator.mad_median) == ("lower", "midpoint")
     else:
         assert not hasattr(method.estimator, "mad_median")
+
+
+def test_agpo_ema_update_reaches_both_controllers_and_only_from_its_key():
+    """docs/algorithms.md §3, "Running averages": one rule for Ū and H̄_ref, set by
+    agpo.ema_update alone (the controllers' own kwargs refuse it)."""
+    from rlkit import controllers
+
+    on = ["agpo.enabled=true"]
+    default = build_method(load_config("tiny-cpu", on))
+    snapshot = build_method(load_config("tiny-cpu", [*on, "agpo.ema_update=per_minibatch"]))
+    assert default.temperature_ctl.centre is controllers.centre_per_prompt
+    assert default.clip_ctl.relative_entropy is controllers.relative_entropy_batch_mean
+    assert snapshot.temperature_ctl.centre is controllers.centre_per_minibatch
+    assert snapshot.clip_ctl.relative_entropy is controllers.relative_entropy_snapshot
+    for key in ("temperature", "clip"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^agpo\.{key}\.ema_update is set by the trainer; use agpo\.ema_update",
+        ):
+            load_config("tiny-cpu", [*on, f"agpo.{key}={{ema_update: per_minibatch}}"])
 
 
 def test_task_shift_refuses_the_difficulty_curriculum_and_other_tasks():
@@ -275,6 +299,17 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
             "tiny-cpu",
             ["agpo.enabled=true", "agpo.adaptive_temperature=false", "agpo.temperature={lam: 0.3}"],
             r"^agpo\.temperature=.* agpo\.adaptive_temperature=false",
+        ),
+        ("tiny-cpu", ["agpo.ema_update=per_minibatch"], r"^agpo\.ema_update=.*agpo\.enabled=false"),
+        (
+            "tiny-cpu",
+            [
+                "agpo.enabled=true",
+                "agpo.adaptive_temperature=false",
+                "agpo.adaptive_clip=false",
+                "agpo.ema_update=per_minibatch",
+            ],
+            r"^agpo\.ema_update=.*agpo\.adaptive_clip=false: no controller keeps a running",
         ),
         (
             "tiny-cpu",

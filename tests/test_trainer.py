@@ -201,6 +201,7 @@ SHIFT_TO_MUL = "task.shift={{step: {}, arithmetic: {{topics: [mul]}}}}"
     [
         ("algo.estimator=ebpo",),
         ("algo.estimator=agpo", "agpo.enabled=true"),
+        ("algo.estimator=agpo", "agpo.enabled=true", "agpo.ema_update=per_minibatch"),
         (SHIFT_TO_MUL.format(1),),  # checkpoint (step 2) after the shift
         (SHIFT_TO_MUL.format(2),),  # checkpoint at the shift step: saved before the shift
         (SHIFT_TO_MUL.format(3),),  # resumed run crosses the shift
