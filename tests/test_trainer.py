@@ -396,6 +396,29 @@ def test_qlora_run_uses_the_adapter_free_base_as_reference(tmp_path, tiny_4bit_m
     assert all(torch.equal(base[k], after[k]) for k in base)
 
 
+def test_agpo_lora_run_has_a_reference_kl(tmp_path, tiny_model_dir):
+    """docs/algorithms.md §3: under LoRA, AGPO's KL to the reference acts (the authors' code at
+    11e5596 made it 0): the reference pass disables the adapter, so the KL is 0 while LoRA's B
+    is still 0 (the first step) and > 0 once the adapter has moved, with β > 0 in the loss."""
+    cfg = make_config(
+        tmp_path,
+        tiny_model_dir,
+        "model.mode=lora",
+        "model.lora_r=4",
+        "optim.lr=0.05",
+        "loss.kl_coef=0.1",
+        "algo.estimator=agpo",
+        "agpo.enabled=true",
+        "agpo.ema_update=per_minibatch",
+        "steps=2",
+    )
+    trainer = Trainer(cfg)
+    trainer.collector.scorer = PatternScorer()
+    first, second = trainer.step(), trainer.step()
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert second["kl"] > 1e-6
+
+
 def test_concat_rollouts_keeps_logprobs_of_every_row(tiny_model, tiny_tokenizer):
     """Batches of different prompt and completion widths stack without changing any row."""
     from rlkit.logprobs import sequence_logprobs
