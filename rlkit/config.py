@@ -455,6 +455,9 @@ class TrainConfig:
 
     seed: int = 0
     steps: int = 60
+    # stop once tokens/generated + tokens/probe reach this many (0: no budget; the step that
+    # reaches it is the run's last, evaluated and checkpointed as the last of `steps` is)
+    token_budget: int = 0
     output_dir: str = "runs/tiny-cpu"
     checkpoint_every: int = 20
     keep_checkpoints: int = 2
@@ -478,6 +481,7 @@ class TrainConfig:
         if not 0 <= self.seed < 2**32:  # what numpy's global RNG accepts (seed_everything)
             raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         _positive("steps", self.steps)
+        _positive("token_budget", self.token_budget, strict=False)
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
         check_combination(self)
@@ -495,6 +499,12 @@ class TrainConfig:
                 f"{self.rollout.lag} steps, every batch would be drawn at step 0 by the starting "
                 "policy (offline RL, not the asynchronous RL rollout.lag models); set rollout.lag "
                 "below steps"
+            )
+        if self.token_budget and self.rollout.lag:
+            raise ValueError(
+                f"token_budget={self.token_budget} with rollout.lag={self.rollout.lag}: the "
+                "batches drawn ahead of the step the budget stops would be generated but never "
+                "counted; set rollout.lag=0 or token_budget=0"
             )
         if self.task.shift and self.task.shift["step"] >= self.steps:
             raise ValueError(

@@ -6,6 +6,15 @@ import json
 import math
 from pathlib import Path
 
+TOKEN_KEYS = ("tokens/generated", "tokens/probe")  # run totals, logged every step
+
+
+def tokens_spent(generated: float, probe: float) -> float:
+    """Every token a run has generated so far, the probe's included: what ``token_budget``
+    counts (tokens/generated: the tokens trained on and those dynamic sampling discarded;
+    tokens/probe: AGPO's probe groups, not trained on)."""
+    return generated + probe
+
 
 def _clean(value):
     value = float(value)

@@ -62,7 +62,7 @@ from rlkit.intervals import (
     sign_flip_p_greater,
     t_p_greater,
 )
-from rlkit.metrics import read_metrics
+from rlkit.metrics import TOKEN_KEYS, read_metrics, tokens_spent
 from rlkit.paths import check_link
 from rlkit.rundir import saved_config, write_atomically
 from rlkit.sweep import (
@@ -79,7 +79,6 @@ from rlkit.sweep import (
 )
 from rlkit.tasks.loader import load_problems
 
-TOKENS = ("tokens/generated", "tokens/probe")
 FIGURE = "accuracy_vs_tokens.png"
 
 
@@ -223,7 +222,9 @@ def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """(generated tokens incl. probe tokens, ``metric``) at every evaluation row; the step-0 row
     precedes any generation (0 tokens)."""
     points = [
-        (sum(r.get(t) or 0 for t in TOKENS), r[metric]) for r in rows if r.get(metric) is not None
+        (sum(r.get(t) or 0 for t in TOKEN_KEYS), r[metric])
+        for r in rows
+        if r.get(metric) is not None
     ]
     return np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
 
@@ -250,15 +251,19 @@ def shift_recovery(rows: list[dict], metric: str, shift_step: int) -> dict:
     }
 
 
-def check_finished(rows: list[dict], steps: int) -> None:
-    """A finished run: its last evaluation is at its final step, and its first and last
-    evaluations hold a finite value of every metric. Otherwise a ValueError says what is wrong
-    (a null is never replaced by another evaluation's value)."""
+def check_finished(rows: list[dict], steps: int, token_budget: int = 0) -> None:
+    """A finished run: its last evaluation is at its final step (``steps``, or the step whose
+    tokens, the probe's included, reached ``token_budget``), and its first and last evaluations
+    hold a finite value of every metric. Otherwise a ValueError says what is wrong (a null is
+    never replaced by another evaluation's value)."""
     evals = [r for r in rows if any(m in r for m in METRICS)]
     if not evals:
         raise ValueError("no evaluation logged")
-    if evals[-1]["step"] != steps:
-        raise ValueError(f"not finished: last evaluation at step {evals[-1]['step']} of {steps}")
+    last = evals[-1]
+    spent = tokens_spent(*(last.get(key) or 0 for key in TOKEN_KEYS)) if token_budget else 0
+    if last["step"] != steps and not (token_budget and spent >= token_budget):
+        budget = f" or token_budget={token_budget} ({spent:.0f} spent)" if token_budget else ""
+        raise ValueError(f"not finished: last evaluation at step {last['step']} of {steps}{budget}")
     for row in (evals[0], evals[-1]):
         for metric in METRICS:
             value = row.get(metric)
@@ -286,7 +291,7 @@ def finished_runs(manifest: dict) -> tuple[dict, dict, dict[str, str]]:
                 )
             rows = read_metrics(run_dir)
             cfg = saved_config(run_dir, check_paths=False)
-            check_finished(rows, cfg.steps)
+            check_finished(rows, cfg.steps, cfg.token_budget)
             if cell not in sizes:
                 problems = min(len(load_problems(cfg.task)[1]), cfg.eval.num_problems)
                 sizes[cell] = (problems, cfg.task.shift.get("step"))
@@ -409,9 +414,11 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                     "eval_problems": n,
                     "eval_se": math.sqrt(p * (1 - p) / n),
                     "tokens_generated": float(
-                        np.mean([r.get(TOKENS[0]) or 0 for r in last.values()])
+                        np.mean([r.get(TOKEN_KEYS[0]) or 0 for r in last.values()])
                     ),
-                    "tokens_probe": float(np.mean([r.get(TOKENS[1]) or 0 for r in last.values()])),
+                    "tokens_probe": float(
+                        np.mean([r.get(TOKEN_KEYS[1]) or 0 for r in last.values()])
+                    ),
                     "shift": shift,
                     "_diff": diff,
                 }

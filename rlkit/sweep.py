@@ -16,6 +16,18 @@ of overrides. Every combination of arm, group size G and seed is one normal run 
     baseline: GRPO              # optional: the arm `rlkit report` compares the others against
     threads: 1                  # torch threads per run (default 1)
     workers: 2                  # runs in parallel (default: cores / threads; 0: in this process)
+    token_budget: 300000000     # optional: each run stops at the step whose generated tokens,
+                                #   the probe's included, reach it (steps is then a cap)
+
+Token budget (optional, ``token_budget``): every run gets ``token_budget=N``, so the trainer stops
+it after the first step at which ``tokens/generated + tokens/probe`` (all of the run's generated
+tokens, AGPO's probe groups included) reach N, evaluating and checkpointing that step as it does
+a last step; a run may overshoot N by less than one step's tokens. That is the token-matched
+protocol of the AGPO authors' commit d6676b8 (a 300M-token budget that charges the probe's
+tokens), except that they shorten the last groups so the budget is never exceeded. After the
+runs, ``OUT/token_audit.json`` lists each run's tokens (generated, probe, their sum), its last
+step, how far it went past the budget and what stopped it (``token_budget``, ``steps``, or null
+while unfinished).
 
 Pre-registered claims (optional), written in the spec before the sweep runs; ``rlkit report``
 tests them and nothing else (:func:`rlkit.report.judge_claims`)::
@@ -105,6 +117,7 @@ from pathlib import Path
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
 from rlkit.machine import fingerprint
+from rlkit.metrics import TOKEN_KEYS, read_metrics, tokens_spent
 from rlkit.paths import check_dir, check_link
 from rlkit.pool import default_workers, run_pool, train_run
 from rlkit.rundir import (
@@ -120,6 +133,7 @@ from rlkit.rundir import (
 from rlkit.tasks.loader import check_sizes, load_problems, shifted_train_problems
 
 MANIFEST = "sweep.json"
+TOKEN_AUDIT = "token_audit.json"  # each run's tokens against the spec's token_budget
 STARTS = "starts.jsonl"  # one line per run start or resume (train_sweep_run)
 SPEC_KEYS = {
     "name": "optional sweep name (default: the spec file's name)",
@@ -134,6 +148,7 @@ SPEC_KEYS = {
     "workers": "runs in parallel",
     "claims": "optional list of pre-registered claims that rlkit report tests",
     "manipulation": "optional mapping arm -> list of {metric, acts_if} checks that it acted",
+    "token_budget": "optional: each run stops once its generated tokens, probe's included, reach it",
 }
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")  # what rlkit report summarizes (and claims test)
 MEASURES = ("end", "shift_dip")  # what a claim tests of its metric (rlkit.report.judge_claims)
@@ -376,6 +391,7 @@ class SweepSpec:
     workers: int | None
     claims: list[Claim] = field(default_factory=list)
     manipulation: dict[str, list[ManipulationCheck]] = field(default_factory=dict)
+    token_budget: int | None = None
 
 
 def _string_list(key: str, value) -> list[str]:
@@ -438,6 +454,7 @@ def parse_spec(path: str | Path) -> SweepSpec:
     sizes = data.get("group_sizes")
     sizes = None if sizes is None else _int_list("group_sizes", sizes, 1)
     workers = data.get("workers")
+    budget = data.get("token_budget")
     return SweepSpec(
         name=name,
         base=data["base"],
@@ -451,11 +468,13 @@ def parse_spec(path: str | Path) -> SweepSpec:
         workers=None if workers is None else _count("workers", workers, 0),
         claims=parse_claims(data.get("claims", []), arms, baseline, sizes, name),
         manipulation=parse_manipulation(data.get("manipulation", {}), arms),
+        token_budget=None if budget is None else _count("token_budget", budget, 1),
     )
 
 
 def _owned_keys(spec: SweepSpec) -> set[str]:
-    return {"seed", "output_dir"} | ({"rollout.group_size"} if spec.group_sizes else set())
+    owned = {"seed", "output_dir"} | ({"rollout.group_size"} if spec.group_sizes else set())
+    return owned | ({"token_budget"} if spec.token_budget else set())
 
 
 def plan(spec: SweepSpec) -> list[Run]:
@@ -469,7 +488,7 @@ def plan(spec: SweepSpec) -> list[Run]:
             if key in owned:
                 raise ValueError(
                     f"sweep spec: {where}: {key} is set by the sweep itself "
-                    f"(seeds, group_sizes and out decide it)"
+                    f"(seeds, group_sizes, token_budget and out decide it)"
                 )
     runs = []
     for arm, arm_overrides in spec.arms.items():
@@ -477,6 +496,7 @@ def plan(spec: SweepSpec) -> list[Run]:
             for seed in spec.seeds:
                 common = ["progress=false", "tensorboard=false", *spec.overrides, *arm_overrides]
                 common += [f"seed={seed}"] + ([f"rollout.group_size={g}"] if g else [])
+                common += [f"token_budget={spec.token_budget}"] if spec.token_budget else []
                 try:
                     cfg = load_config(spec.base, common)
                 except ValueError as err:
@@ -527,9 +547,16 @@ def check_problems(runs: list[Run]) -> None:
             raise ValueError(f"sweep spec: arm {run.arm}: {err}") from None
 
 
+def spent_at(run_dir: Path, step: int) -> float:
+    """The tokens (generated and probe) run ``run_dir`` had spent by ``step``, from its
+    ``metrics.jsonl`` (0 before its first step)."""
+    rows = [r for r in read_metrics(run_dir) if r["step"] == step]
+    return tokens_spent(*(rows[-1].get(key) or 0 for key in TOKEN_KEYS)) if rows else 0
+
+
 def run_status(cfg: TrainConfig) -> str:
-    """``done`` (latest checkpoint at the final step), ``resume`` (an earlier checkpoint: a
-    killed run) or ``fresh`` (no checkpoint: an empty directory, or one that this run left before
+    """``done`` (latest checkpoint at the final step: ``steps``, or the step whose tokens
+    reached ``token_budget``), ``resume`` (an earlier checkpoint: a killed run) or ``fresh`` (no checkpoint: an empty directory, or one that this run left before
     its first checkpoint). A directory whose saved config differs from ``cfg`` in anything a
     resume may not change (another run), or that holds no config.yaml or files no run writes,
     is a ValueError naming the directory: the sweep never replaces what it did not write."""
@@ -546,6 +573,8 @@ def run_status(cfg: TrainConfig) -> str:
         step = int(STEP_DIR.fullmatch(latest.name).group(1)) if latest else 0
         if step > cfg.steps:
             raise ValueError(f"its checkpoint is at step {step}, past steps={cfg.steps}")
+        budget_spent = bool(latest and cfg.token_budget)
+        budget_spent = budget_spent and spent_at(run_dir, step) >= cfg.token_budget
     except ValueError as err:
         raise ValueError(
             f"run {run_dir} does not match the sweep spec: {err}. Nothing was changed; move it "
@@ -553,7 +582,7 @@ def run_status(cfg: TrainConfig) -> str:
         ) from None
     if latest is None:
         return "fresh"
-    return "done" if step == cfg.steps else "resume"
+    return "done" if step == cfg.steps or budget_spent else "resume"
 
 
 def spec_sha256(path: str | Path) -> str:
@@ -613,6 +642,44 @@ def write_manifest(spec: SweepSpec, spec_path: Path, runs: list[Run]) -> Path:
     return path
 
 
+def token_audit(spec: SweepSpec, runs: list[Run]) -> list[dict]:
+    """Each run's token count as its ``metrics.jsonl`` logs it at its last step: generated
+    (trained on, and discarded by dynamic sampling), probe, their sum, the budget, how far past
+    it, and what stopped the run (``token_budget``, ``steps``, or None: unfinished)."""
+    audit = []
+    for run in runs:
+        rows = read_metrics(run.dir) if (run.dir / "metrics.jsonl").is_file() else []
+        last = rows[-1] if rows else {"step": 0}
+        generated, probe = (int(last.get(key) or 0) for key in TOKEN_KEYS)
+        total = tokens_spent(generated, probe)
+        stopped = None
+        if spec.token_budget and total >= spec.token_budget:
+            stopped = "token_budget"
+        elif last["step"] == run.cfg.steps:
+            stopped = "steps"
+        audit.append(
+            {
+                "run": run.key,
+                "dir": str(run.dir),
+                "token_budget": spec.token_budget,
+                "step": last["step"],
+                "tokens_generated": generated,
+                "tokens_probe": probe,
+                "tokens_total": total,
+                "over_budget": total - spec.token_budget if stopped == "token_budget" else 0,
+                "stopped_by": stopped,
+            }
+        )
+    return audit
+
+
+def write_token_audit(spec: SweepSpec, runs: list[Run]) -> Path:
+    path = spec.out / TOKEN_AUDIT
+    text = json.dumps(token_audit(spec, runs), indent=1) + "\n"
+    write_atomically(path, lambda tmp: tmp.write_text(text))
+    return path
+
+
 def run_sweep(
     spec_path: str | Path, progress: bool = True, dry_run: bool = False, workers: int | None = None
 ) -> dict[str, list[str]]:
@@ -649,6 +716,8 @@ def run_sweep(
             initial=len(runs) - len(todo),
             total=len(runs),
         )
+        if spec.token_budget:
+            write_token_audit(spec, runs)
     return by_status
 
 

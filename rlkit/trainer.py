@@ -36,7 +36,7 @@ from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
 from rlkit.logprobs import PassPlan, PolicyForward
 from rlkit.methods import build_method
-from rlkit.metrics import MetricsLogger
+from rlkit.metrics import MetricsLogger, tokens_spent
 from rlkit.models.loading import (
     CheckpointFileError,
     ModelSpec,
@@ -466,15 +466,25 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------------- run
+    def budget_spent(self) -> bool:
+        """The run's tokens, the probe's included, have reached ``cfg.token_budget`` (if any)."""
+        spent = tokens_spent(self.tokens["tokens_generated"], self.tokens["tokens_probe"])
+        return bool(self.cfg.token_budget) and spent >= self.cfg.token_budget
+
+    def finished(self) -> bool:
+        """The run's last step is done: ``cfg.steps`` of them, or the token budget spent."""
+        return self.step_count >= self.cfg.steps or self.budget_spent()
+
     def eval_due(self) -> bool:
         every = self.cfg.eval.every
-        return self.step_count in (0, self.cfg.steps) or bool(
-            every and self.step_count % every == 0
+        return (
+            self.step_count == 0 or self.finished() or bool(every and self.step_count % every == 0)
         )
 
     def train(self) -> list[dict]:
-        """Run to ``cfg.steps``. Evaluation rows (step 0, every ``eval.every`` steps, the last
-        step) are logged with the step's metrics under ``eval/…`` and returned."""
+        """Run to ``cfg.steps``, or to the step whose tokens reach ``cfg.token_budget``.
+        Evaluation rows (step 0, every ``eval.every`` steps, the last step) are logged with the
+        step's metrics under ``eval/…`` and returned."""
         cfg = self.cfg
         if self.read_only:
             raise ValueError("this Trainer was opened read-only (for evaluation); it cannot train")
@@ -489,7 +499,7 @@ class Trainer:
             disable=not cfg.progress or not self.writes,
         )
         try:
-            while self.step_count < cfg.steps:
+            while not self.finished():
                 metrics = self.step()
                 if self.eval_due():
                     evals.append({"step": self.step_count, **self.evaluate()})
@@ -497,7 +507,7 @@ class Trainer:
                 self.log(self.step_count, metrics)
                 bar.update(1)
                 bar.set_postfix(reward=f"{float(metrics['reward']):.3f}")
-                if self.step_count == cfg.steps or (
+                if self.finished() or (
                     cfg.checkpoint_every and self.step_count % cfg.checkpoint_every == 0
                 ):
                     self.save()

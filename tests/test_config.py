@@ -81,6 +81,8 @@ def test_overrides_are_typed_and_nested():
             r"agpo\.ema_update must be one of \['per_prompt', 'per_minibatch'\]",
         ),
         ("rollout.top_p=1.5", "rollout.top_p must be in"),
+        ("token_budget=-1", "token_budget must be >= 0, got -1"),
+        ("token_budget=1e6", "token_budget must be an integer"),
         ("optim.lr=-1", "optim.lr must be > 0"),
         ("model.mode=int8", "mode"),
         ("rollout.order=random", "rollout.order must be one of"),
@@ -156,6 +158,13 @@ def test_agpo_mad_median_reaches_the_probe_and_the_agpo_advantage(estimator):
         assert (method.estimator.mad_median, default.estimator.mad_median) == ("lower", "midpoint")
     else:
         assert not hasattr(method.estimator, "mad_median")
+
+
+def test_a_token_budget_refuses_stale_rollouts():
+    """Batches drawn ahead (rollout.lag) would be generated past the stop and never counted."""
+    with pytest.raises(ValueError, match=r"^token_budget=100 with rollout\.lag=1: the batches"):
+        load_config("tiny-cpu", ["token_budget=100", "rollout.lag=1"])
+    assert load_config("tiny-cpu", ["token_budget=100"]).token_budget == 100
 
 
 def test_agpo_ema_update_reaches_both_controllers_and_only_from_its_key():

@@ -69,6 +69,12 @@ def write_spec(tmp_path, model_dir, **changes):
             "<= 4294967295, got \\[0, 4294967296\\] \\(4294967296 is out of range\\)",
         ),
         ({"seeds": [-1]}, "-1 is out of range"),
+        ({"token_budget": 0}, "token_budget must be an integer >= 1, got 0"),
+        ({"token_budget": "300M"}, "token_budget must be an integer >= 1, got '300M'"),
+        (
+            {"token_budget": 100, "arms": {"GRPO": [], "A": ["token_budget=5"]}},
+            "A: token_budget is set by the sweep",
+        ),
         ({"seeds": [0, "1"]}, "seeds must be a non-empty list of integers"),
         ({"seeds": 3}, "seeds must be a non-empty list of integers"),
         ({"out": 5}, "out must be a directory path"),
@@ -348,3 +354,41 @@ def test_the_manifest_records_the_spec_files_sha256(tmp_path):
     spec.out = tmp_path / "out"
     manifest = json.loads(write_manifest(spec, path, []).read_text())
     assert manifest["spec_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_token_budget_stops_each_run_counting_the_probe_and_audits_it(tmp_path, tiny_model_dir):
+    """``token_budget`` (the AGPO authors' token-matched protocol, commit d6676b8): each run
+    stops at the first step whose generated tokens, the probe's included, reach the budget; that
+    step is evaluated and checkpointed as a last step, the report takes the run as finished,
+    ``token_audit.json`` records its count, and a rerun finds it done."""
+    from rlkit.report import check_finished
+    from rlkit.sweep import TOKEN_AUDIT
+
+    arms = {"GRPO": ["algo.estimator=grpo"], "AGPO": ["agpo.enabled=true"]}
+    budget = 20  # 2 prompts × G 2 × at most 4 new tokens: ≤ 16 a step, more with AGPO's probe
+    overrides = [f"model.name_or_path={tiny_model_dir}", *SMALL, "steps=5"]  # steps: a cap
+    path = write_spec(
+        tmp_path, tiny_model_dir, arms=arms, seeds=[0], token_budget=budget, overrides=overrides
+    )
+    assert [r.cfg.token_budget for r in plan(parse_spec(path))] == [budget] * 2
+    run_sweep(path, progress=False)
+    audit = {a["run"]: a for a in json.loads((tmp_path / "out" / TOKEN_AUDIT).read_text())}
+    assert list(audit) == ["GRPO/G2/seed0", "AGPO/G2/seed0"]
+    for entry in audit.values():
+        rows = read_metrics(entry["dir"])
+        last, before = rows[-1], rows[-2]
+        spent = entry["tokens_generated"] + entry["tokens_probe"]
+        assert entry["stopped_by"] == "token_budget" and entry["step"] == last["step"] < 5
+        assert entry["tokens_total"] == spent >= budget
+        assert entry["over_budget"] == spent - budget
+        # the step before had not reached it (step 0: no tokens yet)
+        assert (before.get("tokens/generated") or 0) + (before.get("tokens/probe") or 0) < budget
+        assert "eval/greedy_accuracy" in last and load_checkpoint(entry["dir"]).step == last["step"]
+        check_finished(rows, 5, budget)
+    assert audit["GRPO/G2/seed0"]["tokens_probe"] == 0
+    agpo = audit["AGPO/G2/seed0"]
+    assert agpo["tokens_probe"] > 0 and agpo["tokens_generated"] < budget  # the probe counted
+    assert agpo["step"] < audit["GRPO/G2/seed0"]["step"]
+    with pytest.raises(ValueError, match="not finished: .* or token_budget=1000"):
+        check_finished(read_metrics(agpo["dir"]), 5, 1000)
+    assert run_sweep(path, progress=False)["done"] == list(audit)
