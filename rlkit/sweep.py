@@ -22,10 +22,11 @@ of overrides. Every combination of arm, group size G and seed is one normal run 
 Token budget (optional, ``token_budget``): every run gets ``token_budget=N``, so the trainer stops
 it after the first step at which ``tokens/generated + tokens/probe`` (all of the run's generated
 tokens, AGPO's probe groups included) reach N, evaluating and checkpointing that step as it does
-a last step; a run may overshoot N by less than one step's tokens. That is the token-matched
-protocol of the AGPO authors' commit d6676b8 (a 300M-token budget that charges the probe's
-tokens), except that they shorten the last groups so the budget is never exceeded. After the
-runs, ``OUT/token_audit.json`` lists each run's tokens (generated, probe, their sum), its last
+a last step; a run may overshoot N by less than one step's tokens. ``steps`` stays the cap and
+the span of the learning-rate schedule, so set it above the steps the budget allows. That is the
+token-matched protocol of the AGPO authors' commit d6676b8 (a 300M-token budget that charges the
+probe's tokens), except that they shorten the last groups so the budget is never exceeded (their
+scheduler too spans ``max_steps``). After the runs, ``OUT/token_audit.json`` lists each run's tokens (generated, probe, their sum), its last
 step, how far it went past the budget and what stopped it (``token_budget``, ``steps``, or null
 while unfinished).
 
