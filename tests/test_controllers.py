@@ -467,7 +467,7 @@ def test_per_prompt_rule_is_the_authors_11e5596_on_the_same_inputs():
     """``ema_update=per_prompt`` (the default): Ū read and written prompt by prompt, as
     11e5596's ``compute_centered_uncertainty`` in its prompt loop, equal in float64. d6676b8's
     snapshot agrees during the warm-up and departs from the first batch with U > 0 on; with one
-    prompt per call (their shipped configs' per_device_train_batch_size: 1) the rules coincide."""
+    prompt per call (their example configs' per_device_train_batch_size: 1) the rules coincide."""
     t = dict(lam=0.3, tau_base=1.0, ema_rate=0.2)
     per_prompt = AdaptiveTemperature(**t)
     snapshot = AdaptiveTemperature(**t, ema_update="per_minibatch")
