@@ -430,7 +430,9 @@ class Trainer:
         """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping). A
         state that breaks its own invariants (offline DPO without its set, a stale queue that
         is not the one its run holds at that step, a sampler position outside the split, EBPO's
-        or AGPO's running statistics not finite or negative) is a ValueError naming the file."""
+        or AGPO's running statistics not finite or negative) is a ValueError naming the file,
+        and so is a checkpoint of another world size, unless the run samples with
+        ``rollout.sampling_stream=prompt`` and draws no batches ahead (``rollout.lag=0``)."""
         saved_world, world = state.get("world_size", 1), self.dist.world
         rollout = self.cfg.rollout
         if saved_world != world and rollout.sampling_stream == "rank":

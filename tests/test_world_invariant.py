@@ -119,6 +119,22 @@ def test_keyed_evaluation_samples_a_problem_alike_in_any_shard(trainer):
     assert shard_texts == texts[6:] and torch.equal(shard_rewards, rewards[3:])
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("sampling_stream", "rank", "a run with rollout.sampling_stream=prompt resumes at any"),
+        ("lag", 1, "with rollout.lag=1 each rank's share of the batches drawn ahead"),
+    ],
+)
+def test_resume_at_another_world_size_is_refused_where_it_cannot_work(
+    trainer, monkeypatch, setting, value, message
+):
+    monkeypatch.setattr(trainer.cfg.rollout, setting, value)
+    with pytest.raises(ValueError, match="written by 2 process") as err:
+        trainer.load_state(Path("checkpoints/step_000001"), {"world_size": 2})
+    assert message in str(err.value)
+
+
 def test_sampling_stream_is_checked():
     with pytest.raises(ValueError, match=r"rollout.sampling_stream must be one of .*'global'"):
         load_config("tiny-cpu", ["rollout.sampling_stream=global"])
