@@ -12,11 +12,19 @@ are spent.
 With several processes (``rlkit.dist``) every rank draws the same P prompts and generates its
 contiguous share; DAPO's filter then runs on every rank's groups gathered in global order, so
 the refill decisions are the same everywhere, and each rank trains its share of the P kept.
+
+Where the tokens' randomness comes from is ``rollout.sampling_stream``. ``rank``: the process's
+global RNG, seeded per rank (``rlkit.dist.rank_seed``), so the samples depend on the world size.
+``prompt``: each group is generated as a batch of its own under a stream keyed by (seed, the
+batch's step, probe or training group, the prompt's index among the prompts this draw took from
+the sampler, DAPO's refills continuing the count), so a prompt's group is the same whichever
+rank holds it and whatever else is in the batch (docs/scaling-out.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -31,8 +39,16 @@ from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import generate_in_batches
+from rlkit.rollout import (
+    RolloutBatch,
+    _seeded,
+    concat_rollouts,
+    generate_in_batches,
+    model_device,
+    padding_id,
+)
 from rlkit.sampling import PromptSampler
+from rlkit.seeding import keyed_seed
 from rlkit.tasks.base import Problem
 
 
@@ -51,6 +67,8 @@ class Collector:
         full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         generation_copy: GenerationCopy | None = None,
         fuse_lora: bool = False,
+        sampling_stream: str = "rank",
+        seed: int = 0,
     ):
         self.policy, self.scorer, self.cfg, self.phases, self.engine = (
             policy,
@@ -69,6 +87,12 @@ class Collector:
         self.fuse_lora = fuse_lora
         self.probe_tokens = self.reward_failures = 0  # this draw's
         self.prompts: PromptSampler | None = None  # the sampler this draw takes prompts from
+        # rollout.sampling_stream, and with "prompt" the keys of this draw's groups: the batch's
+        # step, the prompts taken from the sampler so far (every rank's) and, by the id of each
+        # Problem object this rank handed out, its index among them and the object (held, so
+        # no other object takes its id during the draw)
+        self.sampling_stream, self.seed = sampling_stream, seed
+        self.batch, self.taken, self.keys = 0, 0, {}
 
     @classmethod
     def from_config(
@@ -103,7 +127,20 @@ class Collector:
         record = run_tis_cap(cfg) is not None
         copy = GenerationCopy(policy.model) if ro.generation_copy == "dequantized" else None
         fuse = resolve_fuse_lora(ro.fuse_lora, ro.engine, cfg.model.mode)
-        return cls(policy, scorer, ro, phases, engine, record, dist, full_weights, copy, fuse)
+        return cls(
+            policy,
+            scorer,
+            ro,
+            phases,
+            engine,
+            record,
+            dist,
+            full_weights,
+            copy,
+            fuse,
+            ro.sampling_stream,
+            cfg.seed,
+        )
 
     @contextlib.contextmanager
     def sampling_weights(self) -> Iterator[None]:
@@ -134,21 +171,12 @@ class Collector:
         )
         if self.engine is not None:
             rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
+        elif self.sampling_stream == "prompt":
+            with self.full_weights(), self.sampling_weights():
+                rollouts = self.keyed_groups(problems, temps, probe)
         else:
             with self.full_weights(), self.sampling_weights():
-                rollouts = generate_in_batches(
-                    self.policy.model,
-                    self.policy.tokenizer,
-                    prompts,
-                    temps,
-                    ro.max_new_tokens,
-                    ro.generation_batch_size or None,
-                    top_p=ro.top_p,
-                    top_k=ro.top_k,
-                    record_logprobs=self.record_logprobs,
-                    engine=ro.engine,
-                    compile_step=ro.compile,
-                )
+                rollouts = self.generate(prompts, temps)
         with self.phases("score"):
             scored = self.scorer.score(
                 rollouts.completion_texts, [p.answer for p in problems for _ in range(g)]
@@ -170,6 +198,47 @@ class Collector:
             list(problems), rollouts, rewards.view(len(problems), g), temperatures.float(), stats
         )
 
+    def generate(self, prompts: list[str], temps: torch.Tensor) -> RolloutBatch:
+        """One completion per row of ``prompts`` at ``temps``, with the HF engine
+        (``rollout.engine``), ``rollout.generation_batch_size`` rows per call, drawing from
+        the global RNG."""
+        ro = self.cfg
+        return generate_in_batches(
+            self.policy.model,
+            self.policy.tokenizer,
+            prompts,
+            temps,
+            ro.max_new_tokens,
+            ro.generation_batch_size or None,
+            top_p=ro.top_p,
+            top_k=ro.top_k,
+            record_logprobs=self.record_logprobs,
+            engine=ro.engine,
+            compile_step=ro.compile,
+        )
+
+    def keyed_groups(
+        self, problems: Sequence[Problem], temps: torch.Tensor, probe: bool
+    ) -> RolloutBatch:
+        """``rollout.sampling_stream=prompt``: each problem's G rows generated alone, under
+        :func:`rlkit.seeding.keyed_seed` of (seed, step, ``probe`` or ``sample``, its index in
+        this draw), so its tokens and their floating-point path depend on nothing else in the
+        batch (``problems`` must be ones :meth:`draw` handed out)."""
+        g, device = self.cfg.group_size, model_device(self.policy.model)
+        purpose = "probe" if probe else "sample"
+        parts = []
+        for j, problem in enumerate(problems):
+            index, handed = self.keys.get(id(problem), (None, None))
+            if handed is not problem:
+                raise ValueError(
+                    "rollout.sampling_stream=prompt keys each group by its prompt's place in "
+                    f"the step's batch; problem {problem.id!r} was not drawn by Collector.draw"
+                )
+            seed = keyed_seed(self.seed, self.batch, purpose, index)
+            with _seeded(seed, device):
+                parts.append(self.generate([problem.prompt] * g, temps[j * g : (j + 1) * g]))
+        return concat_rollouts(parts, padding_id(self.policy.model, self.policy.tokenizer))
+
     def trained_probe(self, groups: Groups) -> Groups:
         """Probe groups the method trains on (AGPO's ``reuse``): from here on their tokens are
         training tokens (``tokens/generated``), not probe overhead, so each counts once."""
@@ -181,18 +250,27 @@ class Collector:
 
     def next_problems(self) -> list[Problem]:
         """This rank's share of the next P prompts of the sampler ``draw`` is drawing from
-        (offline DPO collects ahead of the steps, docs/algorithms.md §4d)."""
-        return self.dist.shard(self.prompts.next_batch(self.cfg.num_prompts))
+        (DAPO's refills; offline DPO collects ahead of the steps, docs/algorithms.md §4d), each
+        a Problem object of its own, keyed by its index among the prompts this draw took (every
+        rank's), so a method may sample any of them (AGPO's ``reuse``) and a prompt drawn twice
+        keeps two keys."""
+        n = self.cfg.num_prompts
+        batch = [copy.copy(p) for p in self.prompts.next_batch(n)]
+        mine = self.dist.shard(list(zip(range(self.taken, self.taken + n), batch)))
+        self.taken += n
+        self.keys |= {id(problem): (index, problem) for index, problem in mine}
+        return [problem for _, problem in mine]
 
-    def draw(self, prompts: PromptSampler, method) -> tuple[Groups, CollectStats]:
-        """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``);
-        with several processes, this rank's share of them (the counts are the global ones)."""
+    def draw(self, prompts: PromptSampler, method, batch: int = 0) -> tuple[Groups, CollectStats]:
+        """P prompts with their groups, drawn by ``method`` (``method.groups(problems, self)``)
+        for the run's batch ``batch`` (the step that trains it, the stream's key); with several
+        processes, this rank's share of them (the counts are the global ones)."""
         ro, dist = self.cfg, self.dist
-        self.prompts = prompts
+        self.prompts, self.batch, self.taken, self.keys = prompts, batch, 0, {}
         parts, dropped, batches, generated = [], 0, 0, 0
         self.probe_tokens = self.reward_failures = 0
         while batches < (ro.max_gen_batches if ro.dynamic_sampling else 1):
-            groups = method.groups(dist.shard(prompts.next_batch(ro.num_prompts)), self)
+            groups = method.groups(self.next_problems(), self)
             batches += 1
             if ro.dynamic_sampling:
                 groups = self.gathered(groups)  # the filter decides on the global batch

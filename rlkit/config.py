@@ -227,6 +227,9 @@ class AGPOConfig:
         _choice("agpo.ema_update", self.ema_update, EMA_UPDATES)
 
 
+SAMPLING_STREAMS = ("rank", "prompt")  # rollout.sampling_stream
+
+
 @dataclass
 class RolloutConfig:
     """Sampling of training groups: P prompts × G completions per step."""
@@ -263,6 +266,13 @@ class RolloutConfig:
     # train each step on the batch drawn this many steps earlier (asynchronous RL; rlkit.stale):
     # π_old is the sampling policy's, so a clip can bind at one mini-batch; 0 = on-policy batches
     lag: int = 0
+    # the random stream sampling draws from (docs/scaling-out.md, "The same run on any number
+    # of processes"): rank = each process's own global RNG, seeded per rank (the default: every
+    # committed result, golden file and `rlkit reproduce` was drawn from it) | prompt = each
+    # group from a stream keyed by (seed, step, the prompt's place in the global batch), each
+    # group generated as a batch of its own, evaluation per problem: the samples do not depend
+    # on the number of processes, and a run resumes at another world size
+    sampling_stream: str = "rank"
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)
@@ -282,6 +292,13 @@ class RolloutConfig:
             _choice("rollout.fuse_lora", self.fuse_lora, ("auto",))
         _choice("rollout.generation_copy", self.generation_copy, ("none", "dequantized"))
         _positive("rollout.lag", self.lag, strict=False)
+        _choice("rollout.sampling_stream", self.sampling_stream, SAMPLING_STREAMS)
+        if self.sampling_stream == "prompt" and self.engine == "vllm":
+            raise ValueError(
+                "rollout.sampling_stream='prompt' with rollout.engine='vllm': vLLM schedules "
+                "and batches the rows itself, so a group's tokens cannot be drawn from its own "
+                "stream; use rollout.engine=hf or hf_static, or rollout.sampling_stream=rank"
+            )
         if not 0 < self.vllm_memory < 1:
             raise ValueError(f"rollout.vllm_memory must be in (0, 1), got {self.vllm_memory!r}")
         if self.overlong_buffer > self.max_new_tokens:

@@ -30,15 +30,19 @@ def generate_and_score(
     batch_size: int = 512,
     seed: int = EVAL_SEED,
     engine="hf",
+    keyed: bool = False,
 ) -> tuple[torch.Tensor, list[str]]:
     """Rewards [P, k] and the P·k completion texts of k samples per problem at ``temperature``
     (0 = greedy), scored by ``scorer`` (a :class:`rlkit.rewards.RewardScorer`); ``engine``:
     ``hf`` or ``hf_static`` (`rlkit.rollout.generate_rollouts`), or an engine object with
     ``generate(prompts, temperatures, max_new_tokens)`` (`rlkit.vllm_engine.VLLMEngine`),
-    whose per-row seeds then come from the same seed."""
+    whose per-row seeds then come from the same seed. The calls take ``batch_size // k``
+    problems each, the call starting at problem ``i`` seeded ``seed + i``; ``keyed``: one
+    problem per call, so problem ``i``'s samples are drawn from ``seed + i`` alone, whatever
+    the batch size and the problems around it (``rollout.sampling_stream=prompt``)."""
     problems = list(problems)
     rewards, texts = [], []
-    per_batch = max(1, batch_size // k)
+    per_batch = 1 if keyed else max(1, batch_size // k)
     for start in range(0, len(problems), per_batch):
         chunk = problems[start : start + per_batch]
         prompts = [p.prompt for p in chunk for _ in range(k)]
@@ -128,14 +132,25 @@ def score_problems(
     batch_size: int = 512,
     engine="hf",
     seed: int = EVAL_SEED,
+    keyed: bool = False,
 ) -> EvalScores:
     """Greedy and k sampled completions of every problem at ``temperature``, scored, generating
-    ``batch_size`` rows per call with ``engine``. A shard of a larger evaluation that starts at
-    problem ``i`` (a multiple of ``batch_size // k``) passes ``seed=EVAL_SEED + i``: its samples
-    are then those of the whole evaluation's."""
+    ``batch_size`` rows per call with ``engine`` (``keyed``: one problem per call, see
+    :func:`generate_and_score`). A shard of a larger evaluation that starts at problem ``i``
+    (a multiple of ``batch_size // k``, or any with ``keyed``) passes ``seed=EVAL_SEED + i``:
+    its samples are then those of the whole evaluation's."""
     problems = list(problems)
     greedy, greedy_texts = generate_and_score(
-        model, tokenizer, problems, scorer, 1, 0.0, max_new_tokens, batch_size, engine=engine
+        model,
+        tokenizer,
+        problems,
+        scorer,
+        1,
+        0.0,
+        max_new_tokens,
+        batch_size,
+        engine=engine,
+        keyed=keyed,
     )
     sampled, texts = generate_and_score(
         model,
@@ -148,5 +163,6 @@ def score_problems(
         batch_size,
         seed,
         engine,
+        keyed,
     )
     return EvalScores(greedy, sampled, majority_correct(texts, sampled), greedy_texts)

@@ -384,10 +384,13 @@ def generate_in_batches(
         )
         for start in range(0, len(prompts), batch_size)
     ]
+    return concat_rollouts(parts, padding_id(model, tokenizer))
+
+
+def padding_id(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token that pads rollouts: the tokenizer's pad token, else the first EOS."""
     pad_id = tokenizer.pad_token_id
-    return concat_rollouts(
-        parts, pad_id if pad_id is not None else _eos_token_ids(model, tokenizer)[0]
-    )
+    return pad_id if pad_id is not None else _eos_token_ids(model, tokenizer)[0]
 
 
 def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBatch:

@@ -35,15 +35,15 @@ class DrawnBatch:
 
 
 class RolloutQueue:
-    """Batches drawn ahead of training. ``draw()`` → (groups, stats) from the current weights;
-    ``old_pass(groups)`` → π_old's pass by those weights, or None; ``total``: batches in the run.
-    With ``lag = 0`` each step draws its own batch and :meth:`next` returns it at once."""
+    """Batches drawn ahead of training. ``draw(t)`` → (groups, stats) of the batch step ``t``
+    trains on, from the current weights; ``old_pass(groups)`` → π_old's pass by those weights,
+    or None; ``total``: batches in the run. With ``lag = 0`` each step draws its own batch and :meth:`next` returns it at once."""
 
     def __init__(
         self,
         lag: int,
         total: int,
-        draw: Callable[[], tuple[Groups, CollectStats]],
+        draw: Callable[[int], tuple[Groups, CollectStats]],
         old_pass: Callable[[Groups], PolicyPass | None],
     ):
         self.lag, self.total = lag, total
@@ -55,7 +55,7 @@ class RolloutQueue:
         weights until ``lag`` batches wait behind it (fewer near the run's end)."""
         drawn = step + len(self.queue)  # each step trains exactly one batch
         while len(self.queue) <= self.lag and drawn < self.total:
-            groups, stats = self.draw()
+            groups, stats = self.draw(drawn)
             self.queue.append(DrawnBatch(step, groups, stats, self.old_pass(groups)))
             drawn += 1
         return self.queue.popleft()

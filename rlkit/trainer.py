@@ -118,7 +118,10 @@ class Trainer:
         self.run_id = self.dist.all_gather_object(
             checkpoint.run_id if checkpoint else uuid.uuid4().hex
         )[0]
-        seed_everything(rank_seed(cfg.seed, self.dist.rank))  # each rank samples its own
+        # rollout.sampling_stream=rank: each rank samples from its own global RNG; prompt: the
+        # groups from keyed streams (rlkit.collect), and every rank's global RNG is one process's
+        keyed = cfg.rollout.sampling_stream == "prompt"
+        seed_everything(cfg.seed if keyed else rank_seed(cfg.seed, self.dist.rank))
         self.phases = Phases()
         check_world(cfg, self.dist.world)
 
@@ -193,7 +196,7 @@ class Trainer:
         self.rollouts = RolloutQueue(
             cfg.rollout.lag,
             cfg.steps,
-            lambda: self.collector.draw(self.sampler, self.method),
+            lambda batch: self.collector.draw(self.sampler, self.method, batch),
             self.stale_old_pass,
         )
         self.step_count = 0
@@ -357,7 +360,9 @@ class Trainer:
     def evaluate(self) -> dict:
         """Greedy accuracy, Pass@1 and Maj@k on the eval split (own RNG: training is unaffected);
         with several processes each rank scores its share of the problems, in whole generation
-        batches of the sampled pass, so its samples are those one process draws. The scores
+        batches of the sampled pass, so its samples are those one process draws with the same
+        ``eval.batch_size``. ``rollout.sampling_stream=prompt``: each problem is generated alone,
+        its k samples from a seed keyed by its index, whatever the batch size. The scores
         problem by problem stay in ``self.eval_scores`` (the latest evaluation's)."""
         ev = self.cfg.eval
         mine = self.dist.share(len(self.eval_problems), max(1, self.eval_batch_size // ev.k))
@@ -373,6 +378,7 @@ class Trainer:
                 self.eval_batch_size,
                 self.eval_engine,
                 EVAL_SEED + mine.start,
+                keyed=self.cfg.rollout.sampling_stream == "prompt",
             )
         self.eval_scores = EvalScores.cat(self.dist.all_gather_object(scores))
         return self.eval_scores.summary()
@@ -424,13 +430,23 @@ class Trainer:
         """The trainer's state from ``checkpoint`` (its weights are loaded before wrapping). A
         state that breaks its own invariants (offline DPO without its set, a stale queue that
         is not the one its run holds at that step, a sampler position outside the split, EBPO's
-        or AGPO's running statistics not finite or negative) is a ValueError naming the file."""
-        saved_world = state.get("world_size", 1)
-        if saved_world != self.dist.world:
+        or AGPO's running statistics not finite or negative) is a ValueError naming the file,
+        and so is a checkpoint of another world size, unless the run samples with
+        ``rollout.sampling_stream=prompt`` and draws no batches ahead (``rollout.lag=0``)."""
+        saved_world, world = state.get("world_size", 1), self.dist.world
+        rollout = self.cfg.rollout
+        if saved_world != world and rollout.sampling_stream == "rank":
             raise ValueError(
                 f"{checkpoint} was written by {saved_world} process(es) and this run has "
-                f"{self.dist.world}: resume with the same number of processes (each rank's "
-                "sampling stream and share of the batch depend on it)"
+                f"{world}: resume with the same number of processes (each rank's sampling "
+                "stream depends on it; a run with rollout.sampling_stream=prompt resumes at "
+                "any world size)"
+            )
+        if saved_world != world and rollout.lag:
+            raise ValueError(
+                f"{checkpoint} was written by {saved_world} process(es) and this run has "
+                f"{world}: with rollout.lag={rollout.lag} each rank's share of the batches "
+                "drawn ahead is in the checkpoint; resume with the same number of processes"
             )
         load_optimizer_state(self.parallel, self.update.optimizer, state["optimizer"])
         self.update.scheduler.load_state_dict(state["scheduler"])
@@ -439,9 +455,14 @@ class Trainer:
         self.update.guard.skips = counters["nonfinite_skips"]
         self.update.guard.consecutive = counters["consecutive_skips"]
         self.step_count = state["step"]
-        set_rng_state(state["rank_rng"][self.dist.rank] if saved_world > 1 else state["rng"])
+        # each rank's own RNG; at another world size (sampling_stream=prompt, whose ranks were
+        # seeded alike) rank 0's, which a one-process run's follows
+        same = saved_world == world > 1
+        set_rng_state(state["rank_rng"][self.dist.rank] if same else state["rng"])
         # several processes: each rank's own queue (absent from checkpoints older than it)
-        rollouts = state["rank_rollouts"][self.dist.rank] if "rank_rollouts" in state else state
+        rollouts = (
+            state["rank_rollouts"][self.dist.rank] if same and "rank_rollouts" in state else state
+        )
         try:
             self.sampler.load_state_dict(state["sampler"])
             self.method.load_state_dict(state)

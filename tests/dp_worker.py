@@ -7,12 +7,16 @@ MODE ``record`` trains as usual and writes every generation call's rollouts to O
 ``replay:PATH`` trains on those of PATH instead of generating: each rank takes its contiguous share of each
 recorded call (and checks that it asked for exactly those prompts at those temperatures), so a
 two-process run sees the same global batches as the one-process run that recorded them; ``run``
-trains as usual. Every rank writes OUT/rank{r}.pt: per step the global advantages, the method's
-state and the kept problems, then the final trainable weights and the evaluations.
+trains as usual; ``cases:JSON`` trains, one after the other in the same processes, every run
+the file names (``{"name": {"overrides": [...], "resume": false}}``) into OUT/name, with the
+common ``key=value`` overrides first (one launch for many runs). Every rank writes
+OUT/rank{r}.pt: per step the global advantages, the method's state, the kept problems and
+every rank's completions, then the final trainable weights, the evaluations and the last one's scores problem by problem.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -89,12 +93,26 @@ def main(out: str, mode: str, *overrides: str) -> None:
     if launched_world() > 1:  # the process group outlives the trainer (FSDP2's full weights)
         tdist.init_process_group("gloo")
     rank = tdist.get_rank() if tdist.is_initialized() else 0
-    if mode == "record":
-        record_generation(out / "rollouts.pt")
-    elif mode.startswith("replay:"):
-        replay_generation(Path(mode.removeprefix("replay:")), rank)
+    if mode.startswith("cases:"):
+        cases = json.loads(Path(mode.removeprefix("cases:")).read_text())
+        for name, case in cases.items():
+            (out / name).mkdir(parents=True, exist_ok=True)
+            train(out / name, rank, [*overrides, *case["overrides"]], case.get("resume", False))
+    else:
+        if mode == "record":
+            record_generation(out / "rollouts.pt")
+        elif mode.startswith("replay:"):
+            replay_generation(Path(mode.removeprefix("replay:")), rank)
+        train(out, rank, list(overrides))
+    if tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def train(out: Path, rank: int, overrides: list[str], resume: bool = False) -> None:
+    """One run in OUT/run (``resume``: continued from its latest checkpoint), its record in
+    OUT/rank{rank}.pt."""
     cfg = load_config("tiny-cpu", [*BASE, f"output_dir={out / 'run'}", *overrides])
-    trainer = Trainer(cfg, overwrite=True)
+    trainer = Trainer(cfg, resume=resume, overwrite=not resume)
     steps, method, dist = [], trainer.method, trainer.dist
     advantages, draw = method.advantages, trainer.collector.draw
 
@@ -105,8 +123,12 @@ def main(out: str, mode: str, *overrides: str) -> None:
 
     def seen_draw(*args):
         groups, stats = draw(*args)
+        gather = dist.all_gather_object
         steps.append(
-            {"kept": [p.id for part in dist.all_gather_object(groups.problems) for p in part]}
+            {
+                "kept": [p.id for part in gather(groups.problems) for p in part],
+                "texts": [t for part in gather(groups.rollouts.completion_texts) for t in part],
+            }
         )
         return groups, stats
 
@@ -133,9 +155,9 @@ def main(out: str, mode: str, *overrides: str) -> None:
 
     trainer.close = close_after_weights
     evals = trainer.train()
-    torch.save({"steps": steps, "weights": weights, "evals": evals}, out / f"rank{rank}.pt")
-    if tdist.is_initialized():
-        tdist.destroy_process_group()
+    record = {"steps": steps, "weights": weights, "evals": evals}
+    record["eval_scores"] = trainer.eval_scores  # the last evaluation's, problem by problem
+    torch.save(record, out / f"rank{rank}.pt")
 
 
 if __name__ == "__main__":

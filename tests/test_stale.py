@@ -51,7 +51,8 @@ def without_timings(rows):
 def test_the_batch_trained_at_step_t_was_sampled_at_step_t_minus_lag(lag, total, sampled_at):
     draws = []
 
-    def draw():
+    def draw(batch):
+        assert batch == len(draws)  # the step that trains it
         draws.append(step)
         return f"batch {len(draws) - 1}", CollectStats()
 
