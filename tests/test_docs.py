@@ -134,7 +134,7 @@ def test_the_readme_starts_the_user_within_40_lines():
     learn, train, reproduce = sections["Learn"], sections["Train"], sections["Reproduce"]
     lessons = re.findall(r"\]\(notebooks/(\d\d)_[a-z0-9_]+\.ipynb(?:#[^)]*)?\)", learn)
     assert lessons == READING_ORDER
-    assert {f"{n}" for n in lessons} == {p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(lessons) == {p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert "](docs/glossary.md)" in learn
     assert re.search(r"rlkit train(\s|$)", train), "Train has no `rlkit train`"
     preset = re.search(r"rlkit train --config ([\w-]+)", train)
