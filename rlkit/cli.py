@@ -11,7 +11,7 @@ rlkit demo                                    # GRPO vs EBPO vs AGPO on the buil
 rlkit sweep sweeps/SPEC.yaml                  # a resumable grid of runs (rlkit/sweep.py)
 rlkit report runs/sweeps/NAME                 # tables, figures, results/NAME/summary.*
 rlkit figures results/NAME [...]              # redraw curves.png, dynamics.png from summary.json
-rlkit verdicts [--check]                      # README's pre-registered verdicts table
+rlkit verdicts [--check]                      # docs/results.md's pre-registered verdicts table
 rlkit reproduce results/NAME --arm A --seed S # re-run one committed run, compare its figures
 rlkit build-tiny --out DIR                    # regenerate the shipped tiny warm start
 """
@@ -314,10 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     verdicts = sub.add_parser(
         "verdicts",
-        help="write the README's table of pre-registered verdicts (rlkit/verdicts.py)",
+        help="write docs/results.md's table of pre-registered verdicts (rlkit/verdicts.py)",
     )
     verdicts.add_argument("--results", default="results", help="folder of <sweep>/summary.json")
-    verdicts.add_argument("--readme", default="README.md", help="file with the table's markers")
+    verdicts.add_argument(
+        "--page",
+        "--readme",
+        dest="readme",
+        default="docs/results.md",
+        help="file with the table's markers (--readme: its former name)",
+    )
     verdicts.add_argument(
         "--check", action="store_true", help="write nothing; fail if the table is stale"
     )

@@ -1,4 +1,4 @@
-"""Fused LoRA for sampling (``rollout.fuse_lora``; README's 8B QLoRA path, docs/algorithms.md §4).
+"""Fused LoRA for sampling (``rollout.fuse_lora``; docs/training.md's 8B QLoRA path, docs/algorithms.md §4).
 
 peft's LoRA layer runs, per projection, the base layer and then about seven small kernels (a
 defensive clone on 4-bit layers, casts to the adapter's float32, two matmuls, the scaling, the

@@ -1271,7 +1271,7 @@ def _p(value: float | None) -> str:
 
 
 def claim_cells(c: dict) -> dict[str, str]:
-    """One judged claim's (:func:`judge_claims`) cells as summary.md and the README's verdict
+    """One judged claim's (:func:`judge_claims`) cells as summary.md and docs/results.md's verdict
     table (:mod:`rlkit.verdicts`) print them: differences, margins and MDDs in points."""
     margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
     if c["margin_rule"]:

@@ -1,4 +1,4 @@
-"""``rlkit verdicts [--check]``: the README's table of every pre-registered verdict, generated.
+"""``rlkit verdicts [--check]``: docs/results.md's table of every pre-registered verdict, generated.
 
 Every claim that a committed ``results/<sweep>/summary.json`` holds (its spec's ``claims``, judged
 by ``rlkit report``: :func:`rlkit.report.judge_claims`) is one row, in a stable order (sweeps by
@@ -6,11 +6,13 @@ folder name, then the claims in their spec's order). Beside the registered verdi
 issue 42's re-reading (:mod:`rlkit.reanalysis`): the claim's registration flag
 (``results/deviations.yaml``), the equivalence reading within its margin and the margin's share
 of the control arm's gain, the Holm p over the whole project, the uniform manipulation rule and
-the verdict under those rules. The table is written between two markers in the README,
-``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->``, and nothing else there is touched.
-With ``--check`` nothing is written: it fails, naming the README's first line that differs from a
-fresh render, so a verdict edited by hand or a summary regenerated without the README is caught
-(``make notebooks-full`` runs this check, notebooks/execute_full.py).
+the verdict under those rules. The table is written between two markers in a Markdown page
+(``--page``, docs/results.md by default; it was the README's until issue 43 moved it; the
+functions below still call that page ``readme``), ``<!-- verdicts:begin -->`` and
+``<!-- verdicts:end -->``, and nothing else there is touched. With ``--check`` nothing is written:
+it fails, naming the page's first line that differs from a fresh render, so a verdict edited by
+hand or a summary regenerated without the page is caught (``make notebooks-full`` runs this check,
+notebooks/execute_full.py, and so does tests/test_verdicts.py).
 
 A summary without claims (a spec written before pre-registration existed) contributes no row.
 """
@@ -149,8 +151,8 @@ def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
 
 
 def _read_readme(readme: Path) -> str:
-    """The README's text; a ValueError names ``--readme`` when it is not a file to read."""
-    check_exists("--readme", readme, folder=False)
+    """The page's text; a ValueError names ``--page`` when it is not a file to read."""
+    check_exists("--page", readme, folder=False)
     return readme.read_text()
 
 

@@ -3,7 +3,7 @@ each of which lifts held-out accuracy.
 
 Every machine starts from the same shipped weights (checked by digest), and the run is seeded, so
 the only machine-to-machine differences left are float rounding (thread count, CPU kernels). The
-gain asserted here has a margin over those: measured on 5 paired seeds (README, and
+gain asserted here has a margin over those: measured on 5 paired seeds (docs/demo.md and
 docs/tiny-default.md), each method gains 9.8-10.0 points of greedy accuracy, seed 0 8.7-10.3.
 """
 

@@ -1,7 +1,9 @@
 """The documentation a user's clone gets is self-contained: no tracked file points to the
 maintainers' `shared/` folder beside the repository, and every relative link in the Markdown
 files and notebooks' Markdown cells names a file that is in the repository, and its anchor
-(``#…``), if it has one, a heading of that page."""
+(``#…``), if it has one, a heading of that page. The README starts the user (issue 43): Learn,
+Train and Reproduce in its first 40 lines, under 20 KB; the documentation site's nav (mkdocs.yml,
+built by `make docs`) holds the README, every docs page and every notebook."""
 
 from __future__ import annotations
 
@@ -112,3 +114,53 @@ def test_links_to_a_missing_file_or_heading_are_reported(tmp_path):
     )
     reported = [line.split(": ", 1)[1].split(" (")[0] for line in broken_links([page], tmp_path)]
     assert reported == bad
+
+
+README = ROOT / "README.md"
+# issue 43: the lessons in reading order, as the README's Learn list links them (06 in two parts)
+READING_ORDER = ["00", "06", "01", "02", "04", "05", "06", "03", "07", "08", "11", "09", "10"]
+
+
+def readme_sections(lines: int = 40) -> dict[str, str]:
+    """The README's ``## `` sections that start within its first ``lines`` lines, cut there."""
+    head = "\n".join(README.read_text(encoding="utf-8").splitlines()[:lines])
+    parts = re.split(r"^## +", head, flags=re.M)[1:]
+    return {part.split("\n", 1)[0].strip(): part for part in parts}
+
+
+def test_the_readme_starts_the_user_within_40_lines():
+    sections = readme_sections()
+    assert list(sections)[:3] == ["Learn", "Train", "Reproduce"], list(sections)
+    learn, train, reproduce = sections["Learn"], sections["Train"], sections["Reproduce"]
+    lessons = re.findall(r"\]\(notebooks/(\d\d)_[a-z0-9_]+\.ipynb(?:#[^)]*)?\)", learn)
+    assert lessons == READING_ORDER
+    assert set(lessons) == {p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert "](docs/glossary.md)" in learn
+    assert re.search(r"rlkit train(\s|$)", train), "Train has no `rlkit train`"
+    preset = re.search(r"rlkit train --config ([\w-]+)", train)
+    assert preset and (ROOT / "rlkit" / "configs" / f"{preset.group(1)}.yaml").is_file()
+    assert "rlkit plan --config" in train
+    # the quick start's two commands, each doing all set-up on a fresh machine
+    assert re.findall(r"^make (\w+)", reproduce, re.M) == ["demo", "test"]
+
+
+def test_the_readme_is_under_20_kb_and_its_moved_parts_are_linked():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.encode()) <= 20 * 1024, f"README.md is {len(text.encode())} bytes"
+    for page in ("course", "demo", "results", "training", "runs", "benchmarks", "glossary"):
+        assert f"](docs/{page}.md)" in text, f"the README does not link docs/{page}.md"
+
+
+def test_the_docs_site_nav_holds_the_readme_every_page_and_every_notebook():
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config.split("\nnav:\n", 1)[1]
+    entries = re.findall(
+        r"^\s+- (?:[^\n]*?: )?((?:docs|notebooks)/[^\s]+|README\.md)\s*$", nav, re.M
+    )
+    assert len(entries) == len(set(entries)), "a page is in the nav twice"
+    pages = {"README.md"} | {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    pages |= {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(entries) == pages
+    assert re.search(r"^strict: true$", config, re.M), "mkdocs.yml must build strictly"
+    assert "mkdocs build --strict" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "make docs" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")

@@ -78,9 +78,14 @@ def unpaired_dollars(text: str) -> bool:
     return bare.replace("$$", "").count("$") % 2 == 1
 
 
+# rlkit verdicts' generated table (docs/results.md): its text is rlkit/verdicts.py's rendering,
+# checked line by line against a fresh render (tests/test_verdicts.py), not prose written here
+GENERATED = re.compile(r"^<!-- verdicts:begin -->$.*?^<!-- verdicts:end -->$", re.M | re.S)
+
+
 def markdown_units(path: Path) -> list[tuple[str, str]]:
     """(where, text) for each notebook Markdown cell, or each paragraph of a page (split at blank
-    lines outside code fences)."""
+    lines outside code fences; a generated verdict table left out, its lines kept blank)."""
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         return [
@@ -89,7 +94,8 @@ def markdown_units(path: Path) -> list[tuple[str, str]]:
             if cell["cell_type"] == "markdown"
         ]
     units, current, fenced, start = [], [], False, 1
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    text = GENERATED.sub(lambda m: "\n" * m.group().count("\n"), path.read_text(encoding="utf-8"))
+    for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
         if not line.strip() and not fenced:

@@ -4,7 +4,7 @@ glossary; each has 2-4 "Try it" exercises, every one checked by an assert and fo
 answer; each theory notebook (01-05) opens with a question and draws a picture before its claim or
 formulas; 05 names its signals and weights before its formulas; 06 teaches how to read a training
 curve and warns that the loss value means nothing; theory and practice point to each other; the
-README gives a reading order that covers every notebook."""
+README and docs/course.md give a reading order that covers every notebook."""
 
 import re
 from pathlib import Path
@@ -154,12 +154,19 @@ def test_theory_and_practice_point_to_each_other(theory, practice):
         assert mention.search(markdown_text(stem)), f"{stem} does not point to notebook {other[:2]}"
 
 
-def test_the_readme_reading_order_covers_every_notebook():
+def test_the_reading_order_covers_every_notebook_in_the_readme_and_the_course_page():
+    """The README's Learn list links the lessons in reading order (tests/test_docs.py checks the
+    order itself); docs/course.md states the same order, and both cover every notebook."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    order = re.search(r"\*\*Reading order for students:\*\*(.*?)\n\n", readme, re.S)
-    assert order, "the README has no reading order for students"
-    numbers = set(re.findall(r"\b(\d\d)\b", order.group(1)))
-    assert numbers == {path.name[:2] for path in NOTEBOOKS}
+    learn = re.search(r"^## Learn\n(.*?)^## ", readme, re.S | re.M)
+    assert learn, "the README has no Learn section"
+    listed = re.findall(r"\]\(notebooks/(\d\d)_\w+\.ipynb", learn.group(1))
+    course = (ROOT / "docs" / "course.md").read_text(encoding="utf-8")
+    order = re.search(r"\*\*Reading order for students:\*\*(.*?)\n\n", course, re.S)
+    assert order, "docs/course.md has no reading order for students"
+    numbers = re.findall(r"\[(\d\d)\]", order.group(1))
+    assert numbers == listed
+    assert set(numbers) == {path.name[:2] for path in NOTEBOOKS}
 
 
 GLOSSARY = ROOT / "docs" / "glossary.md"

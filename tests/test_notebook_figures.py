@@ -1,5 +1,5 @@
-"""notebooks/execute_full.py: the check that README figures are quoted from notebook outputs;
-the committed report figures (results/*/curves.png, dynamics.png) drawn whole from their
+"""notebooks/execute_full.py: the check that docs/course.md's figures are quoted from notebook
+outputs; the committed report figures (results/*/curves.png, dynamics.png) drawn whole from their
 summary.json."""
 
 import importlib.util
@@ -86,14 +86,17 @@ def test_a_quote_without_a_label_is_refused(tmp_path):
 
 
 def test_the_committed_readme_matches_the_committed_notebooks():
-    assert execute_full.quoted_figures(), "the README's notebooks table quotes no figure"
+    assert execute_full.COURSE == ROOT / "docs" / "course.md"
+    assert execute_full.quoted_figures(), "docs/course.md's notebooks table quotes no figure"
     assert execute_full.check_readme() == []
 
 
 def test_every_notebook_row_that_quotes_is_checked():
     """A notebook name with digits after its number (10_smollm2_…) was once skipped unread."""
     rows = [
-        line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")
+        line
+        for line in (ROOT / "docs" / "course.md").read_text().splitlines()
+        if line.startswith("| `")
     ]
     quoting = {line.split("`")[1] for line in rows if line.count("`") > 2 and line[3:5].isdigit()}
     assert "10_smollm2_word_problems" in quoting

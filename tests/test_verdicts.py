@@ -1,4 +1,4 @@
-"""``rlkit verdicts``: the README's table of pre-registered verdicts, rendered from
+"""``rlkit verdicts``: docs/results.md's table of pre-registered verdicts, rendered from
 results/*/summary.json, and the check that ``make notebooks-full`` runs on it."""
 
 from __future__ import annotations
@@ -387,9 +387,9 @@ def test_readme_or_results_that_cannot_be_used_are_named(tiny, capsys):
     loop.symlink_to("loop")
     text = readme.read_text()
     cases = [
-        (loop / "R.md", results, f"--readme {loop / 'R.md'} is under {loop}, a symlink loop"),
-        (missing, results, f"--readme {missing} does not exist"),
-        (results, results, f"--readme {results} is a directory, not a file"),
+        (loop / "R.md", results, f"--page {loop / 'R.md'} is under {loop}, a symlink loop"),
+        (missing, results, f"--page {missing} does not exist"),
+        (results, results, f"--page {results} is a directory, not a file"),
         (readme, loop, f"--results {loop} is a symlink loop"),
         (readme, missing, f"--results {missing} does not exist"),
         (readme, readme, f"--results {readme} is a file, not a directory"),
@@ -410,7 +410,7 @@ def test_execute_full_fails_on_a_stale_verdict_table(tiny, monkeypatch, capsys):
     """``make notebooks-full`` (and its --check-only) runs the verdict check."""
     readme, results = tiny
     monkeypatch.setattr(execute_full, "check_readme", lambda: [])  # the quotes: tested elsewhere
-    monkeypatch.setattr(execute_full, "README", readme)
+    monkeypatch.setattr(execute_full, "VERDICTS", readme)
     monkeypatch.setattr(execute_full, "RESULTS", results)
     assert execute_full.main(["--check-only"]) == 1
     assert f"verdict table is stale: {readme} line 5" in capsys.readouterr().out
@@ -512,5 +512,7 @@ def test_check_stated_verdicts_refuses_a_summary_whose_verdict_was_edited(tmp_pa
         check_stated_verdicts(path, EBPO_SPEC, claim_verdicts(path))
 
 
-def test_the_committed_readme_table_is_fresh():
-    assert verdicts.stale_line(ROOT / "README.md", ROOT / "results") is None
+def test_the_committed_verdict_table_is_fresh():
+    """docs/results.md's table (the README's until issue 43), where `rlkit verdicts` writes it."""
+    assert verdicts.stale_line(ROOT / "docs" / "results.md", ROOT / "results") is None
+    assert verdicts.BEGIN not in (ROOT / "README.md").read_text(encoding="utf-8")
