@@ -186,7 +186,11 @@ STATELESS = [
 ]
 
 
-@pytest.mark.parametrize("name, options, reference", STATELESS, ids=lambda v: str(v))
+# ids from the name and options alone: a function's repr holds its address, which differs between
+# processes (pytest-xdist's workers must collect the same ids)
+@pytest.mark.parametrize(
+    "name, options, reference", STATELESS, ids=[f"{n}-{o}" for n, o, _ in STATELESS]
+)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_stateless_estimators_match_reference(name, options, reference, shape, kind):

@@ -346,8 +346,8 @@ def test_dynamic_sampling_counts_the_tokens_it_discards(tmp_path, tiny_model_dir
         generated.append(int(drawn.rollouts.lengths.sum()))
         return drawn
 
-    def draw(sampler, method):
-        draws.append(collector_draw(sampler, method))
+    def draw(sampler, method, batch):
+        draws.append(collector_draw(sampler, method, batch))
         return draws[-1]
 
     trainer.method.groups, trainer.collector.draw = groups, draw
@@ -594,8 +594,8 @@ def test_task_shift_switches_the_training_prompts_at_its_step(tmp_path, tiny_mod
     drawn = []
     original = trainer.collector.draw
 
-    def recording(prompts, method):
-        groups, stats = original(prompts, method)
+    def recording(prompts, method, batch):
+        groups, stats = original(prompts, method, batch)
         drawn.append({p.topic for p in groups.problems})
         return groups, stats
 
