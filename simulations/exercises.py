@@ -141,7 +141,7 @@ def call(function: Any, *args, what: str) -> torch.Tensor:
     """Call the student's ``function`` on ``args`` and return its result as a float64 tensor."""
     if not callable(function):
         fail(f"{what} should be a function, got {function!r}")
-    out = function(*args)
+    out = function(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))  # its own copy
     if out is None:
         fail(f"{what} returned None: return the result")
     return as_tensor(out.detach() if isinstance(out, torch.Tensor) else out, f"what {what} returns")
@@ -159,11 +159,33 @@ def compare_on(cases, student, truth, what: str, tol: float = 1e-6, hints=()) ->
                 f"{what}{shown(args)} returns shape {tuple(got.shape)}, not {tuple(expected.shape)}"
             )
         if not torch.allclose(got, expected, atol=tol, rtol=0):
+            where = mismatch(args, got, expected)
             for hinted, message in hints:
                 if torch.allclose(got, as_tensor(hinted(*args), "hint"), atol=tol, rtol=0):
-                    fail(f"{what}{shown(args)} returns {fmt(got)}: {message}")
-            fail(f"{what}{shown(args)} returns {fmt(got)}; rlkit gives {fmt(expected)}")
+                    fail(f"{where}: {message}")
+            fail(where)
     return len(cases)
+
+
+SHOWN_ENTRIES = 8  # inputs up to this size are shown whole in a message; larger, one entry
+
+
+def mismatch(args, got: torch.Tensor, expected: torch.Tensor) -> str:
+    """Where the student's result differs from rlkit's: the whole case if small, else the first
+    entry that differs, with the inputs at that entry."""
+    if got.numel() <= SHOWN_ENTRIES:
+        return f"on {shown(args)} yours returns {fmt(got)}, rlkit {fmt(expected)}"
+    i = int((got - expected).abs().reshape(-1).argmax())
+    at = [
+        fmt(a.reshape(-1)[i])
+        if isinstance(a, torch.Tensor) and a.numel() == got.numel()
+        else (fmt(a) if not isinstance(a, torch.Tensor) else f"a tensor of shape {tuple(a.shape)}")
+        for a in args
+    ]
+    return (
+        f"on an input of {got.numel()} entries, entry {i} (inputs there: {', '.join(at)}) is "
+        f"{float(got.reshape(-1)[i]):.6g} in yours, {float(expected.reshape(-1)[i]):.6g} in rlkit's"
+    )
 
 
 def fmt(x: Any) -> str:
@@ -275,14 +297,13 @@ def _(answer) -> str:
 # 01 · Shrinkage MSE
 
 
-@exercise(
-    "01_oracle_gain",
-    "predict",
-    "my_gain",
-    lambda tau2, sigma2, group_size, measured: __import__(
-        "simulations.closed_forms", fromlist=["x"]
-    ).shrinkage_factor(sigma2, tau2, group_size),
-)
+def oracle_gain_reference(tau2: float, sigma2: float, group_size: int, measured: float) -> float:
+    from simulations import closed_forms as cf
+
+    return cf.shrinkage_factor(sigma2, tau2, group_size)  # the oracle's relative gain is S*
+
+
+@exercise("01_oracle_gain", "predict", "my_gain", oracle_gain_reference)
 def _(answer, tau2: float, sigma2: float, group_size: int, measured: float) -> str:
     close_number(answer, measured, 0.03, f"oracle's relative gain at τ² = {tau2}")
     return f"the oracle's MSE is {measured:.1%} below the group mean's: S* itself"
