@@ -241,3 +241,22 @@ def test_make_test_and_the_notebook_conftest_fill_in_the_reference_answers():
     assert f"{exercises.ANSWERS_ENV}=reference" in test_rule
     conftest = (ROOT / "notebooks/conftest.py").read_text()
     assert "ANSWERS_ENV" in conftest and '"reference"' in conftest
+
+
+def folded_answer_code(name: str) -> str:
+    """The python block of the folded answer after exercise ``name``'s check cell."""
+    path = next((ROOT / "notebooks").glob(f"{name[:2]}_*.ipynb"))
+    nb_cells = nbformat.read(path, as_version=4).cells
+    i = next(i for i, c in enumerate(nb_cells) if f'exercises.check("{name}"' in c.source)
+    answer = next(c.source for c in nb_cells[i + 1 :] if c.cell_type == "markdown")
+    block = re.search(r"```python\n(.*?)```", answer, re.S)
+    assert block, f"{name}: the folded answer shows no code"
+    return block.group(1)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXERCISES.items() if e.kind != "predict"))
+def test_the_folded_answers_code_passes_as_a_students(name, student, capsys):
+    namespace = {"torch": torch}
+    exec(folded_answer_code(name), namespace)
+    check(name, namespace[EXERCISES[name].variable])
+    assert "Correct (your answer)" in capsys.readouterr().out
