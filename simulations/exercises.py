@@ -89,6 +89,8 @@ def check(name: str, answer: Any = None, **context) -> None:
             return
     try:
         message = item.judge(answer, **context)
+    except ExerciseFailed as failed:  # raised afresh: the traceback stops here, not in the judge
+        raise ExerciseFailed(str(failed)) from None
     except NotImplementedError:
         if reference_answers():
             raise
