@@ -27,14 +27,15 @@ $(BIN)/.notebooks: $(BIN)/.installed
 demo: venv
 	$(BIN)/rlkit demo --overwrite
 
-# Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci), and the 30 slowest tests are
-# listed at the end (what to move to `make notebooks-full` as the suite grows); pytest exits non-zero
-# when it collects no test, so an empty run fails. `make test TESTS=tests` runs a subset; the
-# whole suite (no TESTS) ends with the engine tests at the oldest transformers rlkit supports and
-# the verl integration's tests, each in an environment of its own.
+# Notebooks run at their reduced CI scale here (RLKIT_NB_SCALE=ci), every exercise checked on its
+# reference answer (RLKIT_EXERCISE_ANSWERS=reference, simulations/exercises.py), and the 30
+# slowest tests are listed at the end (what to move to `make notebooks-full` as the suite grows);
+# pytest exits non-zero when it collects no test, so an empty run fails. `make test TESTS=tests`
+# runs a subset; the whole suite (no TESTS) ends with the engine tests at the oldest transformers
+# rlkit supports and the verl integration's tests, each in an environment of its own.
 TESTS ?=
 test: venv
-	RLKIT_NB_SCALE=ci $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider --durations=30 $(TESTS)
+	RLKIT_NB_SCALE=ci RLKIT_EXERCISE_ANSWERS=reference $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider --durations=30 $(TESTS)
 	$(if $(TESTS),,$(MAKE) test-engines-oldest test-verl)
 
 # JupyterLab refuses to start as root unless told --allow-root (a container's or CI's root shell).

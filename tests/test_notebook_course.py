@@ -1,7 +1,8 @@
 """The notebooks as a course (issue 24): each first cell of a course notebook opens with a
 "Start here" box (prerequisites, what you will learn, run time, next notebook) and links the
-glossary; each has 2-4 "Try it" exercises, every one checked by an assert and followed by a folded
-answer; each theory notebook (01-05) opens with a question and draws a picture before its claim or
+glossary; each has 2-4 "Try it" exercises, every one judging the student's own answer (a
+prediction or a function, through simulations.exercises.check) and followed by a folded answer;
+each theory notebook (01-05) opens with a question and draws a picture before its claim or
 formulas; 05 names its signals and weights before its formulas; 06 teaches how to read a training
 curve and warns that the loss value means nothing; theory and practice point to each other; the
 README and docs/course.md give a reading order that covers every notebook."""
@@ -79,16 +80,42 @@ def test_every_try_it_cell_is_followed_by_a_folded_answer(stem):
         ), f"{stem} cell {i}: Try it without a folded answer after it"
 
 
+# an exercise's check: simulations.exercises.check judges the student's answer (asserts inside,
+# a clear message when wrong; the reference answer under RLKIT_EXERCISE_ANSWERS=reference)
+CHECK = re.compile(r'exercises\.check\(\s*"[^"]+",\s*(my_\w+)')
+STUDENT_VARIABLE = re.compile(r"^(?:(my_\w+) = None\b|def (my_\w+)\()", re.M)
+
+
+def checked_source(nb_cells, i: int) -> str:
+    """The Try-it cell ``i`` and, if code, the check cell after it."""
+    after = nb_cells[i + 1] if i + 1 < len(nb_cells) else None
+    return nb_cells[i].source + ("\n" + after.source if after and after.cell_type == "code" else "")
+
+
 @pytest.mark.parametrize("stem", COURSE_NOTEBOOKS)
 def test_two_to_four_try_it_cells_each_checked_by_an_assert(stem):
     nb_cells = cells(stem)
     exercises = try_it_cells(nb_cells)
     assert 2 <= len(exercises) <= 4, f"{stem}: {len(exercises)} Try-it cells, not 2-4"
     for i in exercises:  # the exercise asserts its answer itself, or the check cell after it does
-        checked = "assert" in nb_cells[i].source or (
-            nb_cells[i + 1].cell_type == "code" and "assert" in nb_cells[i + 1].source
-        )
+        source = checked_source(nb_cells, i)
+        checked = "assert" in source or CHECK.search(source)
         assert checked, f"{stem} cell {i}: a Try-it cell without a check"
+
+
+@pytest.mark.parametrize("stem", COURSE_NOTEBOOKS)
+def test_every_try_it_judges_the_students_own_answer(stem):
+    # issue 43: a check that the simulation agrees with itself, or one behind `if my_x is None`,
+    # never judges the student; each exercise names a `my_…` answer (a prediction set to None, or
+    # a stub function) and passes that very variable to exercises.check
+    nb_cells = cells(stem)
+    for i in try_it_cells(nb_cells):
+        source = checked_source(nb_cells, i)
+        asked = {a or b for a, b in STUDENT_VARIABLE.findall(nb_cells[i].source)}
+        judged = set(CHECK.findall(source))
+        assert asked, f"{stem} cell {i}: a Try-it cell that asks the student for nothing"
+        assert asked <= judged, f"{stem} cell {i}: {sorted(asked - judged)} set but never judged"
+        assert not re.search(r"if my_\w+ is None", source), f"{stem} cell {i}: an opt-in check"
 
 
 @pytest.mark.parametrize("stem", THEORY_NOTEBOOKS)
