@@ -3,7 +3,7 @@
 Each prompt's group is drawn from a stream keyed by (seed, step, the prompt's index in the
 global batch) and generated as a batch of its own, and evaluation generates each problem alone
 under a seed keyed by its index. So the tokens sampled do not depend on how many processes run
-or which rank holds a prompt: one and two processes (torchrun over gloo, in float64 so the
+or which rank holds a prompt: one, two and four processes (torchrun over gloo, in float64 so the
 weights agree to rounding, tests/dp_worker.py) draw the same completions, rewards and
 evaluations, for GRPO, EBPO with DAPO's refill and AGPO (probe, τ and clip acting); a run
 checkpointed by two processes and resumed by one (or the other way round) is the uninterrupted
@@ -47,6 +47,8 @@ CASES = {
     "rank": [],  # the default stream, for contrast
 }
 COMMON = [FLOAT64, "steps=2"]
+# four processes, one prompt each (the rank stream and the resumes are tested at two)
+FOUR = ["grpo", "ebpo_dapo", "agpo", "agpo_reuse"]
 
 
 # --------------------------------------------------------------------------- one process
@@ -166,7 +168,8 @@ def resumable(run: Path, to: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The runs of CASES by one process, then by two with the resume of one's GRPO run from
-    its step-1 checkpoint, then the resume of two's by one (three launches in all)."""
+    its step-1 checkpoint, then the resume of two's by one, then FOUR by four processes (four
+    launches in all)."""
     root = tmp_path_factory.mktemp("world")
     cases = {name: {"overrides": overrides} for name, overrides in CASES.items()}
     one = launch(root / "one", 1, cases)
@@ -177,7 +180,15 @@ def runs(tmp_path_factory):
 
     two = launch(root / "two", 2, {**cases, "from_one": resume("one")})
     two_to_one = launch(root / "back", 1, {"from_two": resume("two")})
-    return {"one": one, "two": two, "root": root, "from_one": two.pop("from_one"), **two_to_one}
+    four = launch(root / "four", 4, {name: cases[name] for name in FOUR})
+    return {
+        "one": one,
+        "two": two,
+        "four": four,
+        "root": root,
+        "from_one": two.pop("from_one"),
+        **two_to_one,
+    }
 
 
 def assert_same_draws(one: dict, other: dict, where: str) -> None:
@@ -199,10 +210,13 @@ def assert_same_draws(one: dict, other: dict, where: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CASES if c != "rank"])
-def test_one_and_two_processes_draw_the_same_run(runs, case):
-    one, two = runs["one"][case], runs["two"][case]
-    assert_same_draws(one, two, case)
+@pytest.mark.parametrize(
+    ("case", "world"),
+    [(c, "two") for c in CASES if c != "rank"] + [(c, "four") for c in FOUR],
+)
+def test_one_two_and_four_processes_draw_the_same_run(runs, case, world):
+    one = runs["one"][case]
+    assert_same_draws(one, runs[world][case], f"{case} on {world} processes")
     rows = [{k: float(v) for k, v in s["metrics"].items()} for s in one["steps"]]
     if case == "ebpo_dapo":  # DAPO refilled the batch
         assert any(r["dapo/gen_batches"] > 1 and r["dapo/dropped_groups"] > 0 for r in rows)
