@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("dp_worker.py")
 FLOAT64 = "model.compute_dtype=float64"
 
-pytestmark = pytest.mark.slow
+# every run here is a torchrun (or single) subprocess at one thread, whatever the pass's
+# OMP_NUM_THREADS (env()): .ci/run's two-thread pass deselects them
+pytestmark = [pytest.mark.slow, pytest.mark.one_thread_workers]
 
 
 def env() -> dict:

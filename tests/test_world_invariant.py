@@ -210,6 +210,7 @@ def assert_same_draws(one: dict, other: dict, where: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.one_thread_workers  # torchrun subprocesses at one thread (env())
 @pytest.mark.parametrize(
     ("case", "world"),
     [(c, "two") for c in CASES if c != "rank"] + [(c, "four") for c in FOUR],
@@ -228,6 +229,7 @@ def test_one_two_and_four_processes_draw_the_same_run(runs, case, world):
 
 
 @pytest.mark.slow
+@pytest.mark.one_thread_workers  # torchrun subprocesses at one thread (env())
 def test_the_rank_stream_samples_other_tokens_with_two_processes(runs):
     """The default stream seeds each rank's global RNG apart: two processes are another run."""
     one, two = runs["one"]["rank"], runs["two"]["rank"]
@@ -236,6 +238,7 @@ def test_the_rank_stream_samples_other_tokens_with_two_processes(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.one_thread_workers  # torchrun subprocesses at one thread (env())
 @pytest.mark.parametrize(("resumed", "by"), [("from_two", "one"), ("from_one", "two")])
 def test_a_run_resumes_at_another_world_size(runs, resumed, by):
     """GRPO checkpointed at step 1 by two processes and resumed by one, or the other way
