@@ -118,6 +118,17 @@ CASES = {
     # PPO: whitening and the value loss over the global batch, the head's gradients summed
     "ppo": (["algo.estimator=ppo", "optim.update_epochs=2"], "critic/vf_loss"),
     "fsdp2": (["parallel.strategy=fsdp2"], "loss"),
+    # sequence-level losses and the EBPO authors' batch baselines (BNPO's Beta fit and GRPO's
+    # batch normalisation read the whole global batch); two epochs, so the ratios move
+    "gspo_bnpo": (
+        ["algo.estimator=bnpo", "loss.loss_mode=gspo", "optim.update_epochs=2"]
+        + ["loss.eps_low=3e-4", "loss.eps_high=4e-4"],  # the GSPO paper's sequence clip
+        "clip_ratio/region_mean",
+    ),
+    "cispo_grpo_bn": (
+        ["algo.estimator=grpo_bn", "loss.loss_mode=cispo", "optim.update_epochs=2"],
+        "clip_ratio/region_mean",
+    ),
 }
 
 
