@@ -16,6 +16,11 @@ def tokens_spent(generated: float, probe: float) -> float:
     return generated + probe
 
 
+def row_tokens(row: dict) -> float:
+    """:func:`tokens_spent` as a ``metrics.jsonl`` row logs it (a key it lacks counts 0)."""
+    return tokens_spent(*(row.get(key) or 0 for key in TOKEN_KEYS))
+
+
 def _clean(value):
     value = float(value)
     return value if math.isfinite(value) else None

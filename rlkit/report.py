@@ -62,7 +62,7 @@ from rlkit.intervals import (
     sign_flip_p_greater,
     t_p_greater,
 )
-from rlkit.metrics import TOKEN_KEYS, read_metrics, tokens_spent
+from rlkit.metrics import TOKEN_KEYS, read_metrics, row_tokens
 from rlkit.paths import check_link
 from rlkit.rundir import saved_config, write_atomically
 from rlkit.sweep import (
@@ -221,11 +221,7 @@ def preregistration_markdown(pre: dict) -> list[str]:
 def eval_curve(rows: list[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """(generated tokens incl. probe tokens, ``metric``) at every evaluation row; the step-0 row
     precedes any generation (0 tokens)."""
-    points = [
-        (sum(r.get(t) or 0 for t in TOKEN_KEYS), r[metric])
-        for r in rows
-        if r.get(metric) is not None
-    ]
+    points = [(row_tokens(r), r[metric]) for r in rows if r.get(metric) is not None]
     return np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
 
 
@@ -260,7 +256,7 @@ def check_finished(rows: list[dict], steps: int, token_budget: int = 0) -> None:
     if not evals:
         raise ValueError("no evaluation logged")
     last = evals[-1]
-    spent = tokens_spent(*(last.get(key) or 0 for key in TOKEN_KEYS)) if token_budget else 0
+    spent = row_tokens(last) if token_budget else 0
     if last["step"] != steps and not (token_budget and spent >= token_budget):
         budget = f" or token_budget={token_budget} ({spent:.0f} spent)" if token_budget else ""
         raise ValueError(f"not finished: last evaluation at step {last['step']} of {steps}{budget}")

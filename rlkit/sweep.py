@@ -118,7 +118,7 @@ from pathlib import Path
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
 from rlkit.machine import fingerprint
-from rlkit.metrics import TOKEN_KEYS, read_metrics, tokens_spent
+from rlkit.metrics import TOKEN_KEYS, read_metrics, row_tokens, tokens_spent
 from rlkit.paths import check_dir, check_link
 from rlkit.pool import default_workers, run_pool, train_run
 from rlkit.rundir import (
@@ -552,7 +552,7 @@ def spent_at(run_dir: Path, step: int) -> float:
     """The tokens (generated and probe) run ``run_dir`` had spent by ``step``, from its
     ``metrics.jsonl`` (0 before its first step)."""
     rows = [r for r in read_metrics(run_dir) if r["step"] == step]
-    return tokens_spent(*(rows[-1].get(key) or 0 for key in TOKEN_KEYS)) if rows else 0
+    return row_tokens(rows[-1]) if rows else 0
 
 
 def run_status(cfg: TrainConfig) -> str:
