@@ -18,10 +18,17 @@ Importing rlkit silences two notices of its dependencies that do not apply to it
   :mod:`rlkit.models.loading`); bitsandbytes falls back to its own kernel without it.
 
 Every other warning and log message of both passes through.
+
+Importing rlkit also pins the CPU kernels of PyTorch, MKL and oneDNN to code paths that give a
+seeded run the same floats on any x86-64 CPU with AVX2 (:func:`rlkit.machine.pin_cpu_kernels`;
+``RLKIT_CPU_KERNELS=native`` keeps each library's own choice): import it before running any
+tensor operation.
 """
 
 import logging
 import warnings
+
+from rlkit.machine import pin_cpu_kernels
 
 __version__ = "0.1.0"
 
@@ -39,6 +46,7 @@ def _not_the_kernel_notice(record: logging.LogRecord) -> bool:
 warnings.filterwarnings("ignore", message=TQDM_WIDGET_NOTICE, module="tqdm")
 warnings.filterwarnings("ignore", message=PEFT_CHECKPOINTING_NOTICE, category=FutureWarning)
 logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_not_the_kernel_notice)
+pin_cpu_kernels()
 
 
 def show_warnings_plainly() -> None:

@@ -338,9 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--group-size", type=int, help="needed where the sweep has several")
     rep.add_argument(
         "--kernels",
-        default="native",
-        choices=["native", "avx2"],
-        help="avx2: limit PyTorch's, MKL's and oneDNN's CPU kernels to AVX2",
+        choices=["native", "avx2", "portable"],
+        help="the CPU kernels of the re-run (rlkit.machine.KERNEL_MODES; default: those the "
+        "sweep's runs recorded, native before they recorded any); avx2: PyTorch's, MKL's and "
+        "oneDNN's limited to AVX2",
     )
     rep.add_argument("--exact", action="store_true", help="fail unless every figure is identical")
     rep.set_defaults(func=_reproduce)

@@ -11,8 +11,11 @@ is another draw of the same experiment, docs/tiny-default.md "Across CPUs"), or 
 noise`` (something else changed: the code, the spec, the data). The exit status is 1 when a
 metric is beyond seed noise, or, with ``--exact``, when one is not identical.
 
-``--kernels avx2`` limits PyTorch's, MKL's and oneDNN's CPU kernels to AVX2
-(:data:`rlkit.machine.AVX2_KERNELS`): the kernels the committed sweeps ran on.
+The re-run uses the CPU kernels the sweep's runs recorded (``kernels`` in their machine,
+:func:`rlkit.machine.fingerprint`), ``native`` for a sweep made before rlkit pinned them (every
+sweep committed before 2026-12-07 ran on an AMD EPYC's own AVX2 kernels); ``--kernels`` picks a
+mode of :data:`rlkit.machine.KERNEL_MODES` instead: ``avx2`` limits PyTorch's, MKL's and oneDNN's
+CPU kernels to AVX2, the closest an Intel CPU with AVX-512 comes to those runs.
 """
 
 from __future__ import annotations
@@ -27,10 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlkit.machine import AVX2_KERNELS
+from rlkit.machine import KERNEL_MODES, KERNEL_VARIABLES, MODE_VARIABLE
 from rlkit.paths import check_exists
-
-KERNELS = {"native": {}, "avx2": AVX2_KERNELS}
 
 
 @dataclass
@@ -105,11 +106,24 @@ def compare(summary: dict, arm: str, seed: int, group_size: int, rows: list[dict
     return out
 
 
+def recorded_kernels(summary: dict) -> str:
+    """The kernel mode the sweep's runs recorded (one for all), else ``native``: runs recorded
+    before the mode was (``machines`` without ``kernels``) or a summary without machines."""
+    machines = (summary.get("preregistration") or {}).get("machines") or []
+    modes = {m.get("kernels", "native") for m in machines}
+    if len(modes) > 1:
+        raise ValueError(
+            f"the sweep's runs recorded several kernel modes {sorted(modes)}: name one"
+        )
+    return modes.pop() if modes else "native"
+
+
 def rerun(base: str, overrides: tuple[str, ...], threads: int, kernels: str, out: Path) -> list:
     """Train ``base`` + ``overrides`` into ``out`` in a subprocess on ``threads`` threads with
     the kernel variables of ``kernels`` (set before torch starts); its metrics rows."""
-    env = os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    env |= KERNELS[kernels]
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_VARIABLES}
+    env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env |= KERNEL_MODES[kernels] | {MODE_VARIABLE: kernels}
     overrides = tuple(o for o in overrides if not o.startswith("output_dir="))
     command = [sys.executable, "-m", "rlkit", "train", "--config", base, *overrides]
     subprocess.run([*command, f"output_dir={out}"], env=env, check=True)
@@ -122,13 +136,14 @@ def reproduce(
     arm: str,
     seed: int,
     group_size: int | None = None,
-    kernels: str = "native",
+    kernels: str | None = None,
     exact: bool = False,
 ) -> int:
     """Re-run and compare (see the module's docstring); prints the table, returns the status."""
-    if kernels not in KERNELS:
-        raise ValueError(f"--kernels must be one of {list(KERNELS)}, got {kernels!r}")
+    if kernels is not None and kernels not in KERNEL_MODES:
+        raise ValueError(f"--kernels must be one of {sorted(KERNEL_MODES)}, got {kernels!r}")
     summary, spec, run, changed = committed_run(results, arm, seed, group_size)
+    kernels = kernels or recorded_kernels(summary)
     if changed:
         print(f"warning: {changed}; the re-run uses the file as it is now", flush=True)
     with tempfile.TemporaryDirectory(prefix="rlkit-reproduce-") as tmp:

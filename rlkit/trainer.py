@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import uuid
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
 from rlkit.logprobs import PassPlan, PolicyForward
+from rlkit.machine import unpinned
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger, tokens_spent
 from rlkit.models.loading import (
@@ -124,6 +126,8 @@ class Trainer:
         seed_everything(cfg.seed if keyed else rank_seed(cfg.seed, self.dist.rank))
         self.phases = Phases()
         check_world(cfg, self.dist.world)
+        if self.device.type == "cpu" and (why := unpinned()):
+            warnings.warn(why, stacklevel=2)
 
         self.train_problems, eval_problems = load_problems(cfg.task)
         # from step task.shift.step on, training draws these (shift_task)

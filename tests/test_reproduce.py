@@ -10,7 +10,7 @@ from test_sweep import write_spec
 
 from rlkit.cli import main
 from rlkit.report import write_report
-from rlkit.reproduce import Comparison
+from rlkit.reproduce import Comparison, recorded_kernels
 from rlkit.sweep import run_sweep
 
 
@@ -39,8 +39,18 @@ def edited(results, tmp_path, change: float):
 def test_a_committed_run_comes_back_identical_on_the_same_machine(committed, capsys):
     assert main(["reproduce", str(committed), "--arm", "EBPO", "--seed", "0", "--exact"]) == 0
     out = capsys.readouterr().out
-    assert "t EBPO G = 2 seed 0, kernels native:" in out
+    assert "t EBPO G = 2 seed 0, kernels portable:" in out  # the kernels its runs recorded
     assert "eval/greedy_accuracy: committed" in out and out.count(": identical") >= 2
+
+
+def test_the_re_run_takes_the_kernels_the_runs_recorded():
+    machines = {"preregistration": {"machines": [{"kernels": "portable"}, {"kernels": "portable"}]}}
+    assert recorded_kernels(machines) == "portable"
+    assert recorded_kernels({"preregistration": {"machines": [{"cpu": "AMD EPYC"}]}}) == "native"
+    assert recorded_kernels({"preregistration": {}}) == "native"  # swept before machines were
+    mixed = {"preregistration": {"machines": [{"kernels": "portable"}, {"kernels": "native"}]}}
+    with pytest.raises(ValueError, match=r"several kernel modes \['native', 'portable'\]"):
+        recorded_kernels(mixed)
 
 
 def test_a_figure_moved_beyond_the_seeds_spread_fails(committed, tmp_path, capsys):

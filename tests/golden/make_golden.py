@@ -11,9 +11,11 @@ must equal the uninterrupted run. A stored file is the run's ``metrics.jsonl`` w
 keys removed, everything else (values and key order) as written.
 
 Float results depend on the CPU's kernels, so ``fingerprint.json`` records, case by case, the
-machine and the library versions each file was made with; tests/test_golden.py compares a case
-against its stored file on a matching machine and otherwise regenerates its reference with the
-code of the commit that last wrote it.
+machine, its kernel mode and the library versions each file was made with. Under rlkit's default
+``portable`` kernels (:mod:`rlkit.machine`) a file is the reference on any x86-64 CPU with AVX2
+with the same libraries, so tests/test_golden.py compares against it there (this is the test that
+a seeded run repeats on another CPU); elsewhere (other library versions, other kernels) it
+regenerates the reference with the code of the commit that last wrote the file.
 
     python tests/golden/make_golden.py                # every case into tests/golden/
     python tests/golden/make_golden.py --only grpo,rloo --out /tmp/ref
