@@ -97,7 +97,8 @@ sys.path.insert(0, str(ROOT))
 from rlkit.config import load_config  # noqa: E402
 from rlkit.plan import GIB, SHIPPED_CONFIGS, build_plan, resolve_batch_sizes  # noqa: E402
 from rlkit.rewards import RewardBatch  # noqa: E402
-from rlkit.rollout import RolloutBatch, generate_rollouts, sampling_processors  # noqa: E402
+from rlkit.rollout import generate_rollouts, sampling_processors  # noqa: E402
+from rlkit.rollout_batch import RolloutBatch  # noqa: E402
 from rlkit.sampling import PromptSampler  # noqa: E402
 from rlkit.static_decode import static_generate  # noqa: E402
 from rlkit.tasks.base import Problem  # noqa: E402

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING
 
 import torch
 
 from rlkit.advantages import AdvantageResult
 from rlkit.controllers import ProbeStats
+from rlkit.rollout_batch import RolloutBatch, concat_rollouts
 from rlkit.tasks.base import Problem
-
-if TYPE_CHECKING:  # the bandit simulations use these types without the LLM stack
-    from rlkit.rollout import RolloutBatch
 
 
 def per_prompt_mean(values: torch.Tensor, mask: torch.Tensor, num_prompts: int) -> torch.Tensor:
@@ -86,8 +83,6 @@ class Groups:
     @staticmethod
     def from_state(state: dict) -> Groups:
         """Groups from :meth:`state_dict`, on the CPU."""
-        from rlkit.rollout import RolloutBatch
-
         stats = state.get("probe_stats")  # absent from checkpoints written before it was saved
         return Groups(
             [Problem(**p) for p in state["problems"]],
@@ -99,8 +94,6 @@ class Groups:
 
     @staticmethod
     def cat(parts: Sequence[Groups], pad_token_id: int) -> Groups:
-        from rlkit.rollout import concat_rollouts
-
         if len(parts) == 1:
             return parts[0]
         stats = [p.probe_stats for p in parts]

@@ -39,14 +39,8 @@ from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import (
-    RolloutBatch,
-    _seeded,
-    concat_rollouts,
-    generate_in_batches,
-    model_device,
-    padding_id,
-)
+from rlkit.rollout import _seeded, generate_in_batches, model_device, padding_id
+from rlkit.rollout_batch import RolloutBatch, concat_rollouts
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import keyed_seed
 from rlkit.tasks.base import Problem

@@ -400,7 +400,7 @@ class OptimConfig:
     logprob_micro_batch_size: int = 0  # sequences per no-grad log-prob pass; 0 = micro_batch_size
     logprob_chunk_size: int = 0  # completion positions per output-head call; 0 = all at once
     # Skip the passes the run does not need: the reference pass (and mode=full's frozen copy)
-    # when kl_coef = 0, and π_old's pass when the update is on-policy (rlkit.logprobs.PassPlan).
+    # when kl_coef = 0, and π_old's pass when the update is on-policy (rlkit.pass_plan.PassPlan).
     # false runs every pass; the results are the same up to float rounding (tests/test_passes.py).
     skip_redundant_passes: bool = True
     # Every forward runs each distinct prompt once and lets its G completions attend to the

@@ -1,9 +1,14 @@
 """Means with 95% Student-t intervals over seeds or Monte-Carlo replicates, plain and paired, the
 minimum difference a paired comparison can detect, and the one-sided p-values and multiplicity
-correction of the pre-registered tests (``claims`` in a sweep spec, :mod:`rlkit.sweep`)."""
+correction of the pre-registered tests (:mod:`rlkit.claims`).
+
+An :class:`Interval` is the computed one; a summary (``rlkit report``'s ``summary.json``) keeps
+its JSON form, ``{"mean", "low", "high"}`` (:func:`seed_interval`; low = high = None without an
+interval), which :func:`format_interval_points` and :func:`format_difference_points` print."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,3 +120,69 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         adjusted[i] = running
     return adjusted
+
+
+def seed_interval(values: list[float]) -> dict:
+    """mean, low, high of a 95% interval over seeds; low = high = None under 2 seeds (no
+    interval), low = high = mean for identical values."""
+    if len(values) < 2:
+        return {"mean": float(np.mean(values)), "low": None, "high": None}
+    if len(set(values)) < 2:
+        mean = float(np.mean(values))
+        return {"mean": mean, "low": mean, "high": mean}
+    ci = mean_ci(values)
+    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
+
+
+def format_interval_points(ci: dict, scale: float = 100.0) -> str:
+    """A summary's interval as ``mean [low, high]`` in points (``n/a`` without an interval)."""
+    if ci["low"] is None:
+        return f"{ci['mean'] * scale:.1f} [n/a]"
+    if ci["low"] == ci["high"]:
+        return f"{ci['mean'] * scale:.1f}"
+    return f"{ci['mean'] * scale:.1f} [{ci['low'] * scale:.1f}, {ci['high'] * scale:.1f}]"
+
+
+def format_difference_points(ci: dict, scale: float = 100.0) -> str:
+    """A summary's interval of a difference, signed, in points."""
+    if ci["low"] is None:
+        return f"{ci['mean'] * scale:+.1f} [n/a]"
+    return f"{ci['mean'] * scale:+.1f} [{ci['low'] * scale:+.1f}, {ci['high'] * scale:+.1f}]"
+
+
+def format_points(value: float | None) -> str:
+    """An accuracy (or MDD) in points, ``—`` when there is none."""
+    return "—" if value is None else f"{value * 100:.1f}"
+
+
+def paired_mdd(differences: list[float]) -> float | None:
+    """Minimum detectable difference (95%, power 0.8) of a paired comparison with the spread of
+    these per-seed differences and as many seeds (None under 2 seeds)."""
+    if len(differences) < 2:
+        return None
+    return minimum_detectable_difference(paired_difference(differences, 0.0), len(differences))
+
+
+def paired_stats(differences: list[float]) -> dict:
+    """Per-seed paired differences → mean, 95% interval, MDD and the two-sided p-value of a
+    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0; a single
+    seed: None, like the interval)."""
+    if len(differences) < 2:
+        p = None
+    elif len(set(differences)) > 1:
+        p = float(_scipy_stats.ttest_1samp(differences, 0.0).pvalue)
+    else:
+        p = 1.0 if differences[0] == 0 else 0.0
+    return seed_interval(differences) | {"mdd": paired_mdd(differences), "p": p}
+
+
+def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
+    """MDD for ``num_seeds`` paired seeds from the pooled seed-to-seed SD of several comparisons'
+    per-seed differences (each centred on its own mean)."""
+    usable = [g for g in groups if len(g) >= 2]
+    if not usable or num_seeds < 2:
+        return None
+    dof = sum(len(g) - 1 for g in usable)
+    sd = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in usable) / dof)
+    se = sd / math.sqrt(num_seeds)
+    return minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), num_seeds)

@@ -24,6 +24,7 @@ import torch
 
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch
+from rlkit.clip_rules import AdaptiveClipRule, ClipRule, FixedClip
 from rlkit.config import DPOConfig, PPOConfig, TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
@@ -39,7 +40,7 @@ from rlkit.ppo import (
 )
 from rlkit.tasks.base import Problem
 
-if TYPE_CHECKING:  # rlkit.update imports this module
+if TYPE_CHECKING:  # annotations only: rlkit.update loads transformers; the bandits do not
     from rlkit.update import PolicyUpdate
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
@@ -61,30 +62,6 @@ class Sampler(Protocol):
 
     # for offline DPO only: this rank's share of the next batch of prompts in the run's order
     def next_problems(self) -> list[Problem]: ...
-
-
-class ClipRule(Protocol):
-    """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
-    prompt's mean pre-update token entropy (else it is called with None)."""
-
-    needs_entropy: bool
-
-    def __call__(
-        self, prompt_entropy: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class FixedClip:
-    """The loss's ε_low / ε_high for every prompt."""
-
-    needs_entropy = False
-
-    def __init__(self, eps_low: float, eps_high: float, num_prompts: int):
-        self.eps_low, self.eps_high, self.num_prompts = eps_low, eps_high, num_prompts
-
-    def __call__(self, prompt_entropy=None) -> tuple[torch.Tensor, torch.Tensor]:
-        p = self.num_prompts
-        return torch.full((p,), self.eps_low), torch.full((p,), self.eps_high)
 
 
 def summary(prefix: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -186,22 +163,6 @@ class Method:
     def load_state_dict(self, state: dict) -> None:
         self.estimator.load_state_dict(state["estimator"])
         self.cluster_index = dict(state["cluster_index"])
-
-
-class AdaptiveClipRule:
-    """docs/algorithms.md §3 step 4: each prompt's ε from its probe statistics and its mean
-    pre-update token entropy, used symmetrically."""
-
-    needs_entropy = True
-
-    def __init__(self, ctl: AdaptiveClip, stats: ProbeStats, dist: Collective):
-        self.ctl, self.stats, self.dist = ctl, stats, dist
-
-    def __call__(self, prompt_entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # H̄_ref follows the batch mean of H over every rank's prompts
-        eps = self.ctl(self.stats, self.dist.all_gather(prompt_entropy))
-        eps = self.dist.my_rows(eps)
-        return eps, eps
 
 
 def gather_stats(stats: ProbeStats, dist: Collective) -> ProbeStats:

@@ -21,6 +21,11 @@ def row_tokens(row: dict) -> float:
     return tokens_spent(*(row.get(key) or 0 for key in TOKEN_KEYS))
 
 
+def is_logged_number(value) -> bool:
+    """A ``metrics.jsonl`` value that counts: a finite number (not None, a bool, NaN or inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _clean(value):
     value = float(value)
     return value if math.isfinite(value) else None

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import torch
 
 from rlkit.dist import Collective
+from rlkit.models.hf_compat import causal_lm
 
 STRATEGIES = ("ddp", "fsdp2")
 
@@ -87,8 +88,6 @@ def wrap(
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    from rlkit.logprobs import causal_lm
-
     decoder = causal_lm(model).get_decoder()
     return list(getattr(decoder, "layers", []))
 

@@ -54,9 +54,9 @@ from pathlib import Path
 import torch
 
 from rlkit.config import BUILTIN_MODEL, TrainConfig
-from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
 from rlkit.models.gguf import gguf_path, is_gguf
+from rlkit.pass_plan import PassPlan
 from rlkit.tasks.loader import check_context
 
 SHIPPED_CONFIGS = Path(__file__).parent / "models" / "configs"

@@ -1,7 +1,7 @@
 """Issue 42's re-reading of the committed pre-registered verdicts, beside them, never instead.
 
 Every verdict stays the one ``rlkit report`` gave under its spec's registered test
-(:func:`rlkit.report.judge_claims`). This module adds, from ``results/*/summary.json`` and
+(:func:`rlkit.claims.judge_claims`). This module adds, from ``results/*/summary.json`` and
 ``results/deviations.yaml`` alone, what a reviewer needs to weigh it (docs/algorithms.md §7):
 
 1. :func:`registration_flags`: the claims that were not written before their runs
@@ -16,7 +16,7 @@ Every verdict stays the one ``rlkit report`` gave under its spec's registered te
 4. :func:`uniform_check`: one manipulation rule per mechanism (:data:`MECHANISMS`), applied to
    every claim about it, where the registered checks differ from sweep to sweep;
 5. :func:`reread`: the verdict under 4 by judge_claims' own rules
-   (:func:`rlkit.report.claim_verdict`), with "below margin" where the effect is real but its
+   (:func:`rlkit.claims.claim_verdict`), with "below margin" where the effect is real but its
    90% interval lies inside ±margin, and whether it survives 3.
 """
 
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
+from rlkit.claims import ALPHA, ManipulationCheck, claim_verdict
 from rlkit.intervals import holm
 from rlkit.methods import method_switches
-from rlkit.report import ALPHA, claim_verdict, summary_row
-from rlkit.sweep import ManipulationCheck
+from rlkit.summary import summary_row
 
 DEVIATIONS = "deviations.yaml"
 FLAGS = ("confirmation of a known result", "check amended during the runs")
@@ -243,7 +243,7 @@ def uniform_check(summary: dict, claim: dict) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- 5. the re-reading
 def reread(claim: dict, project: tuple[float, float] | None, uniform: str) -> str:
-    """The claim's verdict by judge_claims' rules (:func:`rlkit.report.claim_verdict`, Holm
+    """The claim's verdict by judge_claims' rules (:func:`rlkit.claims.claim_verdict`, Holm
     within its family) under the uniform manipulation rule (``uniform``:
     :func:`uniform_check`'s status) instead of the registered checks; a reproduced or
     contradicted effect whose 90% interval lies inside ±margin is "…, below margin", and one

@@ -10,7 +10,7 @@ For every arm and group size G, over seeds (95% Student-t intervals, :mod:`rlkit
 - the generated tokens (training + AGPO probe), the cost axis of the figure: held-out accuracy
   against generated tokens, mean over seeds with a 95% band.
 - the spec's pre-registered ``claims`` (:mod:`rlkit.sweep`), each tested as written there and
-  nothing else (:func:`judge_claims`): a summary of a spec without claims is what it was before
+  nothing else (:func:`rlkit.claims.judge_claims`): a summary of a spec without claims is what it was before
   claims existed, byte for byte;
 - learning curves with paired bands (:func:`learning_curves`, ``curves.png``): the held-out
   metrics against step, mean over seeds with a 95% t-band, and arm − control paired per seed at
@@ -41,8 +41,6 @@ written atomically.
 from __future__ import annotations
 
 import csv
-import dataclasses
-import difflib
 import io
 import json
 import math
@@ -51,32 +49,30 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
-from rlkit.intervals import (
-    Interval,
-    holm,
-    mean_ci,
-    minimum_detectable_difference,
-    paired_difference,
-    sign_flip_p_greater,
-    t_p_greater,
+from rlkit.claims import (
+    Claim,
+    claims_markdown,
+    judge_claims,
+    manipulation_checks,
+    manipulation_markdown,
+    preregistered,
 )
-from rlkit.metrics import TOKEN_KEYS, read_metrics, row_tokens
+from rlkit.intervals import (
+    format_difference_points,
+    format_interval_points,
+    format_points,
+    mean_ci,
+    paired_mdd,
+    paired_stats,
+    pooled_mdd,
+    seed_interval,
+)
+from rlkit.metrics import TOKEN_KEYS, is_logged_number, read_metrics, row_tokens
 from rlkit.paths import check_link
 from rlkit.rundir import saved_config, write_atomically
-from rlkit.sweep import (
-    HALF_BASELINE_GAIN,
-    MANIFEST,
-    METRICS,
-    NAME,
-    STARTS,
-    Claim,
-    ManipulationCheck,
-    parse_claims,
-    parse_manipulation,
-    parse_spec,
-)
+from rlkit.summary import METRICS, end_by_seed
+from rlkit.sweep import MANIFEST, NAME, STARTS
 from rlkit.tasks.loader import load_problems
 
 FIGURE = "accuracy_vs_tokens.png"
@@ -305,59 +301,6 @@ def finished_runs(manifest: dict) -> tuple[dict, dict, dict[str, str]]:
     return dict(runs), sizes, {d: why[d] for d in sorted(why, key=order.index)}
 
 
-def _ci(values: list[float]) -> dict:
-    """mean, low, high of a 95% interval over seeds; low = high = None under 2 seeds (no
-    interval), low = high = mean for identical values."""
-    if len(values) < 2:
-        return {"mean": float(np.mean(values)), "low": None, "high": None}
-    if len(set(values)) < 2:
-        mean = float(np.mean(values))
-        return {"mean": mean, "low": mean, "high": mean}
-    ci = mean_ci(values)
-    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
-
-
-def _fmt(ci: dict, scale: float = 100.0) -> str:
-    if ci["low"] is None:
-        return f"{ci['mean'] * scale:.1f} [n/a]"
-    if ci["low"] == ci["high"]:
-        return f"{ci['mean'] * scale:.1f}"
-    return f"{ci['mean'] * scale:.1f} [{ci['low'] * scale:.1f}, {ci['high'] * scale:.1f}]"
-
-
-def paired_mdd(differences: list[float]) -> float | None:
-    """Minimum detectable difference (95%, power 0.8) of a paired comparison with the spread of
-    these per-seed differences and as many seeds (None under 2 seeds)."""
-    if len(differences) < 2:
-        return None
-    return minimum_detectable_difference(paired_difference(differences, 0.0), len(differences))
-
-
-def paired_stats(differences: list[float]) -> dict:
-    """Per-seed paired differences → mean, 95% interval, MDD and the two-sided p-value of a
-    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0; a single
-    seed: None, like the interval)."""
-    if len(differences) < 2:
-        p = None
-    elif len(set(differences)) > 1:
-        p = float(stats.ttest_1samp(differences, 0.0).pvalue)
-    else:
-        p = 1.0 if differences[0] == 0 else 0.0
-    return _ci(differences) | {"mdd": paired_mdd(differences), "p": p}
-
-
-def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:
-    """MDD for ``num_seeds`` paired seeds from the pooled seed-to-seed SD of several comparisons'
-    per-seed differences (each centred on its own mean)."""
-    usable = [g for g in groups if len(g) >= 2]
-    if not usable or num_seeds < 2:
-        return None
-    dof = sum(len(g) - 1 for g in usable)
-    sd = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in usable) / dof)
-    se = sd / math.sqrt(num_seeds)
-    return minimum_detectable_difference(Interval(0.0, se, 0.0, 0.0), num_seeds)
-
-
 def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dict:
     """:func:`shift_recovery` of every seed of one arm, the mean [95% CI] of its dip and reward
     after the shift, and their paired differences to ``base`` (the baseline's runs of the same
@@ -366,7 +309,7 @@ def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dic
     shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
     base_rec = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in base.items()}
     for key in ("dip", "reward_after"):
-        shift[key] = _ci([v[key] for v in per_seed.values()])
+        shift[key] = seed_interval([v[key] for v in per_seed.values()])
         if base_rec:
             pairs = [per_seed[sd][key] - rec[key] for sd, rec in base_rec.items()]
             shift[f"{key}_vs_baseline"] = paired_stats(pairs)
@@ -400,11 +343,11 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                     "group_size": g,
                     "metric": name,
                     "seeds": sorted(seeds),
-                    "start": _ci(list(start.values())),
-                    "end": _ci(list(end.values())),
+                    "start": seed_interval(list(start.values())),
+                    "end": seed_interval(list(end.values())),
                     "end_by_seed": {str(sd): float(v) for sd, v in sorted(end.items())},
-                    "gain": _ci([end[s] - start[s] for s in seeds]),
-                    "vs_baseline": _ci(diff) if diff else None,
+                    "gain": seed_interval([end[s] - start[s] for s in seeds]),
+                    "vs_baseline": seed_interval(diff) if diff else None,
                     "vs_baseline_seeds": common,
                     "mdd": paired_mdd(diff),
                     "eval_problems": n,
@@ -469,7 +412,7 @@ BAND = "mean over seeds with a 95% Student-t band, per step, not smoothed"
 
 def by_step(rows: list[dict], metric: str) -> dict[int, float]:
     """{step: value} of every row of one run that logged a finite ``metric``."""
-    return {r["step"]: float(r[metric]) for r in rows if _finite(r.get(metric))}
+    return {r["step"]: float(r[metric]) for r in rows if is_logged_number(r.get(metric))}
 
 
 def step_band(series: list[dict[int, float]]) -> dict:
@@ -477,7 +420,7 @@ def step_band(series: list[dict[int, float]]) -> dict:
     and high of a 95% t-interval over the series (:func:`_ci`: low = high = None under 2 seeds).
     A step some seed did not log is left out, never filled in from another step."""
     steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
-    bands = [_ci([s[step] for s in series]) for step in steps]
+    bands = [seed_interval([s[step] for s in series]) for step in steps]
     return {"steps": steps} | {key: [b[key] for b in bands] for key in ("mean", "low", "high")}
 
 
@@ -769,11 +712,11 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        vs = _fmt(r["vs_baseline"]) if r["vs_baseline"] else "—"
+        vs = format_interval_points(r["vs_baseline"]) if r["vs_baseline"] else "—"
         lines.append(
             f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
-            f"| {len(r['seeds'])} | {_fmt(r['start'])} | {_fmt(r['end'])} | {_fmt(r['gain'])} "
-            f"| {vs} | {_points(r['mdd'])} | {_points(r['eval_se'])} ({r['eval_problems']}) "
+            f"| {len(r['seeds'])} | {format_interval_points(r['start'])} | {format_interval_points(r['end'])} | {format_interval_points(r['gain'])} "
+            f"| {vs} | {format_points(r['mdd'])} | {format_points(r['eval_se'])} ({r['eval_problems']}) "
             f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
         )
     lines += ["", mdd_sentence(summary["mdd"]), ""]
@@ -798,8 +741,8 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
             vs_dip, vs_reward = sh.get("dip_vs_baseline"), sh.get("reward_after_vs_baseline")
             lines.append(
                 f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
-                f"| {_fmt(sh['dip'])} | {_fmt(vs_dip) if vs_dip else '—'} | {regained} "
-                f"| {_fmt(sh['reward_after'])} | {_fmt(vs_reward) if vs_reward else '—'} |"
+                f"| {format_interval_points(sh['dip'])} | {format_interval_points(vs_dip) if vs_dip else '—'} | {regained} "
+                f"| {format_interval_points(sh['reward_after'])} | {format_interval_points(vs_reward) if vs_reward else '—'} |"
             )
         lines.append("")
     if "preregistration" in summary:
@@ -815,10 +758,6 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
     if "curves" in summary:  # a summary written before the curves renders as it was
         lines += curves_markdown(summary)
     return "\n".join(lines)
-
-
-def _points(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f}"
 
 
 def mdd_sentence(mdd: dict) -> str:
@@ -934,7 +873,7 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     """The summary's arms for one metric (and G) as text: end value, paired difference to the
     baseline, its MDD, generated tokens (probe tokens in parentheses) and where the difference's
     95% interval lies against 0. A description, not a verdict: only a spec's pre-registered
-    claims are tested (:func:`judge_claims`)."""
+    claims are tested (:func:`rlkit.claims.judge_claims`)."""
     baseline = summary["baseline"]
     rows = [
         r
@@ -945,8 +884,8 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     for r in rows:
         vs = r["vs_baseline"]
         lines.append(
-            f"  {r['arm']:18} | {len(r['seeds'])} | {_fmt(r['end'])} | "
-            f"{'—' if vs is None else _fmt_signed(vs)} | {_points(r['mdd'])} | "
+            f"  {r['arm']:18} | {len(r['seeds'])} | {format_interval_points(r['end'])} | "
+            f"{'—' if vs is None else format_difference_points(vs)} | {format_points(r['mdd'])} | "
             f"{r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) | "
             f"{_no_pair(r['arm'], baseline) if vs is None else _interval_side(vs)}"
         )
@@ -970,34 +909,6 @@ def _no_pair(arm: str, baseline: str | None) -> str:
     return f"not paired with {baseline}" if baseline else "not paired (no baseline)"
 
 
-def _fmt_signed(ci: dict, scale: float = 100.0) -> str:
-    if ci["low"] is None:
-        return f"{ci['mean'] * scale:+.1f} [n/a]"
-    return f"{ci['mean'] * scale:+.1f} [{ci['low'] * scale:+.1f}, {ci['high'] * scale:+.1f}]"
-
-
-def summary_row(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
-    """The summary's row of ``arm`` for ``metric`` (and G); a clear error when it is absent."""
-    for r in summary["rows"]:
-        if r["arm"] == arm and r["metric"] == metric and group_size in (None, r["group_size"]):
-            return r
-    raise KeyError(f"{summary['name']}: no row for arm {arm!r}, metric {metric!r}, G {group_size}")
-
-
-def end_by_seed(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
-    """The per-seed end values of ``arm``'s row; a ValueError naming the summary file and the
-    key when the row has none (summaries written before rlkit report stored them)."""
-    row = summary_row(summary, arm, metric, group_size)
-    if "end_by_seed" not in row:
-        rerun = summary.get("commands", ["rlkit report <sweep dir>"])[-1]
-        raise ValueError(
-            f"{summary['name']}/summary.json: the row of arm {arm!r}, metric {metric!r} has no "
-            f"'end_by_seed' (per-seed end values; an older rlkit report wrote it), so no paired "
-            f"comparison can be made; regenerate it from the runs: {rerun}"
-        )
-    return row["end_by_seed"]
-
-
 def paired_comparison(
     summary: dict, arm: str, other: str, metric: str, group_size: int | None = None
 ) -> dict:
@@ -1016,364 +927,10 @@ def describe_pair(
 ) -> dict:
     """:func:`paired_comparison` of ``arm − other`` and a one-line ``text`` of it (points of
     held-out accuracy) that says where its 95% interval lies against 0: a description, not a
-    verdict (only a spec's pre-registered claims are tested: :func:`judge_claims`)."""
+    verdict (only a spec's pre-registered claims are tested: :func:`rlkit.claims.judge_claims`)."""
     vs = paired_comparison(summary, arm, other, metric, group_size)
     text = (
-        f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {_fmt_signed(vs)} points, "
-        f"MDD {_points(vs['mdd'])}, p = {vs['p']:.3f}, 95% interval {_interval_side(vs)}"
+        f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {format_difference_points(vs)} points, "
+        f"MDD {format_points(vs['mdd'])}, p = {vs['p']:.3f}, 95% interval {_interval_side(vs)}"
     )
     return vs | {"text": text}
-
-
-# ---------------------------------------------------------------- pre-registered claims
-ALPHA = 0.05
-
-
-def preregistered(
-    manifest: dict, path: Path
-) -> tuple[list[Claim], dict[str, list[ManipulationCheck]]]:
-    """The claims and manipulation checks of the spec the sweep ran (``sweep.json``'s copy),
-    checked whole as ``rlkit sweep`` checked them (:func:`rlkit.sweep.parse_claims`,
-    :func:`rlkit.sweep.parse_manipulation`); none when it has none."""
-    spec = manifest["spec"] if isinstance(manifest["spec"], dict) else {}
-    arms = list(dict.fromkeys(run["arm"] for run in manifest["runs"]))
-    baseline, sizes = manifest.get("baseline"), spec.get("group_sizes")
-    try:
-        claims = parse_claims(spec.get("claims", []), arms, baseline, sizes, manifest["name"])
-        return claims, parse_manipulation(spec.get("manipulation", {}), arms)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err} (rerun rlkit sweep)") from None
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) -> list[dict]:
-    """Each check of each arm and G (spec ``manipulation``): per seed, the mean of its metric
-    over the steps that logged a finite value; their mean, min and max over seeds; ``acted``:
-    that mean passes ``acts_if``. A metric that no step of the arm logged did not act (mean
-    None): an arm whose manipulation is switched off does not log its signals. A metric that no
-    run of any arm logged is a ValueError naming it and the closest logged names (a misspelt
-    check would otherwise read as a mechanism that did not act)."""
-    logged = {key for seeds in runs.values() for rows in seeds.values() for r in rows for key in r}
-    for arm, arm_checks in checks.items():
-        for check in arm_checks:
-            if runs and check.metric not in logged:
-                close = difflib.get_close_matches(check.metric, sorted(logged), n=3, cutoff=0.5)
-                raise ValueError(
-                    f"manipulation check of {arm}: no run of the sweep logs {check.metric!r}"
-                    f" (closest logged names: {close or 'none'})"
-                )
-    out = []
-    for (arm, g), seeds in runs.items():
-        for check in checks.get(arm, []):
-            by_seed = {}
-            for seed, rows in sorted(seeds.items()):
-                values = [r[check.metric] for r in rows if _finite(r.get(check.metric))]
-                if values:
-                    by_seed[str(seed)] = float(np.mean(values))
-            mean = float(np.mean(list(by_seed.values()))) if by_seed else None
-            out.append(
-                {
-                    "arm": arm,
-                    "group_size": g,
-                    "metric": check.metric,
-                    "acts_if": check.acts_if,
-                    "seeds": sorted(seeds),
-                    "by_seed": by_seed,
-                    "mean": mean,
-                    "min": min(by_seed.values(), default=None),
-                    "max": max(by_seed.values(), default=None),
-                    "acted": mean is not None and check.acted(mean),
-                }
-            )
-    return out
-
-
-def manipulation_markdown(checks: list[dict]) -> list[str]:
-    """summary.md's table of the manipulation checks (:func:`manipulation_checks`)."""
-    lines = [
-        "Manipulation checks (the spec's `manipulation`): per arm, the mean over steps and seeds "
-        "of each named metric, [min, max] of the per-seed means; a claim about an arm whose "
-        "manipulation did not act is not testable.",
-        "",
-        "| arm | G | metric | acts if | mean [min, max] over seeds | seeds logged | acted |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in checks:
-        value = (
-            "not logged"
-            if c["mean"] is None
-            else (f"{c['mean']:.4g} [{c['min']:.4g}, {c['max']:.4g}]")
-        )
-        lines.append(
-            f"| {c['arm']} | {c['group_size']} | {c['metric']} | {c['acts_if']} | {value} "
-            f"| {len(c['by_seed'])}/{len(c['seeds'])} | {'yes' if c['acted'] else 'no'} |"
-        )
-    return lines + [""]
-
-
-def judge_claims(summary: dict, claims: list[Claim]) -> list[dict]:
-    """Each pre-registered claim tested on the per-seed values of its measure in ``summary``'s
-    rows (``end``: :func:`end_by_seed`, a summary without them is a ValueError naming the file;
-    ``shift_dip``: :func:`shift_dip_by_seed`), over the seeds both arms finished: d_s = arm − vs
-    (``arm_end``, ``vs_end``: each arm's mean [95% CI] of that measure).
-
-    ``p_t`` / ``p_exact``: the one-sided p of the claim's test by the t-test and by sign flips
-    (:func:`rlkit.intervals.sign_flip_p_greater`: exact for n ≤ 20): superiority, H0 "no
-    difference" against the claimed direction (``p_exact_other``: against the other one);
-    non-inferiority, H0 direction·μ ≤ −margin; equivalence, TOST's larger p of H0 μ ≤ −margin
-    and H0 μ ≥ margin. ``p_holm`` / ``p_holm_other``: the sign-flip p's Holm-adjusted over the
-    superiority claims of the family that have 2 paired seeds or more. Verdicts (α = 0.05):
-
-    - superiority: ``reproduced`` (p_holm < α), ``contradicted`` (p_holm_other < α), else ``not
-      reproduced`` when the equivalence test within the claim's margin passes, else
-      ``inconclusive``;
-    - equivalence: ``equivalent`` when the 90% t-interval lies inside ±margin (TOST at 5%), else
-      ``not shown equivalent``;
-    - non-inferiority: ``non-inferior`` when the one-sided 95% lower bound of direction·μ (the
-      90% interval's end) lies above −margin, else ``not shown non-inferior``;
-    - ``not testable (...)`` under 2 paired seeds (such a claim has no p, so Holm's family
-      leaves it out), for an equivalence or non-inferiority claim whose half_baseline_gain margin
-      (half of the vs arm's mean end − start gain) is not positive (a superiority claim is then
-      judged without the equivalence reading), or when a manipulation check of the arm at that G
-      did not act (``summary["manipulation"]``, :func:`manipulation_checks`;
-      ``manipulation_acted``: None when the arm has no check). A claim whose manipulation did not
-      act still counts in its family's Holm correction: it was pre-registered, and leaving it out
-      after the runs would make the family depend on what the runs did.
-    """
-    results = [_test_claim(summary, claim) for claim in claims]
-    for family in dict.fromkeys(r["family"] for r in results):
-        tested = [
-            r
-            for r in results
-            if r["family"] == family and r["test"] == "superiority" and r["p_exact"] is not None
-        ]
-        for key in ("", "_other"):
-            for r, p in zip(tested, holm([r[f"p_exact{key}"] for r in tested])):
-                r[f"p_holm{key}"] = p
-    for r in results:
-        checks = [
-            c["acted"]
-            for c in summary.get("manipulation", [])
-            if (c["arm"], c["group_size"]) == (r["arm"], r["group_size"])
-        ]
-        r["manipulation_acted"] = all(checks) if checks else None
-        r["verdict"] = (
-            "not testable (manipulation did not act)"
-            if r["manipulation_acted"] is False
-            else claim_verdict(r)
-        )
-    return results
-
-
-def _row_or_none(summary: dict, arm: str, metric: str, group_size: int | None) -> dict | None:
-    """The arm's row; None when it has none (none of its runs finished: not testable)."""
-    try:
-        return summary_row(summary, arm, metric, group_size)
-    except KeyError:
-        return None
-
-
-def shift_dip_by_seed(summary: dict, arm: str, metric: str, group_size: int | None = None) -> dict:
-    """The per-seed dips at the task shift (:func:`shift_recovery`) of ``arm``'s row; a
-    ValueError naming the summary when the row has no shift (its runs had no ``task.shift``)."""
-    row = summary_row(summary, arm, metric, group_size)
-    if not row.get("shift"):
-        raise ValueError(
-            f"{summary['name']}: arm {arm!r}, metric {metric!r} has no task shift, so a claim "
-            f"with measure 'shift_dip' cannot be tested (set task.shift in the sweep's overrides)"
-        )
-    return {seed: v["dip"] for seed, v in row["shift"]["seeds"].items()}
-
-
-CLAIM_MEASURES = {"end": end_by_seed, "shift_dip": shift_dip_by_seed}  # rlkit.sweep.MEASURES
-
-
-def _test_claim(summary: dict, claim: Claim) -> dict:
-    where = claim.metric, claim.group_size
-    rows = {a: _row_or_none(summary, a, *where) for a in (claim.arm, claim.vs)}
-    per_seed = CLAIM_MEASURES[claim.measure]
-    arm, vs = ({} if rows[a] is None else per_seed(summary, a, *where) for a in rows)
-    seeds = sorted(set(arm) & set(vs), key=int)
-    d = np.array([arm[s] - vs[s] for s in seeds])
-    margin = claim.margin
-    if margin == HALF_BASELINE_GAIN:
-        margin = None if rows[claim.vs] is None else rows[claim.vs]["gain"]["mean"] / 2
-    result = dataclasses.asdict(claim) | {
-        "margin": margin,
-        "margin_rule": claim.margin if isinstance(claim.margin, str) else None,
-        "group_size": claim.group_size
-        if rows[claim.arm] is None
-        else rows[claim.arm]["group_size"],
-        "seeds": [int(s) for s in seeds],
-        "arm_end": _ci([arm[s] for s in seeds]) if seeds else None,
-        "vs_end": _ci([vs[s] for s in seeds]) if seeds else None,
-        "difference": _ci(d.tolist()) if seeds else None,
-        "ci90": None,
-        "mdd": paired_mdd(d.tolist()),
-        "p_t": None,
-        "p_exact": None,
-        "p_method": None,
-    }
-    if claim.test == "superiority":
-        result |= {"p_exact_other": None, "p_holm": None, "p_holm_other": None}
-    usable = margin is not None and margin > 0
-    if len(d) < 2 or (claim.test != "superiority" and not usable):
-        return result
-    ci90 = mean_ci(d, level=0.90)
-    result["ci90"] = {"low": float(ci90.low), "high": float(ci90.high)}
-    if claim.test == "equivalence":
-        sides = [d + margin, margin - d]  # H0 μ ≤ −margin, H0 μ ≥ margin
-    else:
-        sides = [claim.direction * d + (margin if claim.test == "noninferiority" else 0.0)]
-    exact = [sign_flip_p_greater(x) for x in sides]
-    result |= {
-        "p_t": max(t_p_greater(x) for x in sides),
-        "p_exact": max(p for p, _ in exact),
-        "p_method": exact[0][1],
-    }
-    if claim.test == "superiority":
-        result["p_exact_other"] = sign_flip_p_greater(-sides[0])[0]
-    return result
-
-
-def claim_verdict(r: dict) -> str:
-    """The verdict of a judged claim (:func:`judge_claims`) from its p_holm, p_holm_other, 90%
-    interval and margin: the rules that judge_claims states."""
-    if len(r["seeds"]) < 2:
-        return "not testable (fewer than 2 paired seeds)"
-    margin, ci90 = r["margin"], r["ci90"]
-    if r["test"] == "superiority":
-        if r["p_holm"] < ALPHA:
-            return "reproduced"
-        if r["p_holm_other"] < ALPHA:
-            return "contradicted"
-        if margin is not None and margin > 0 and -margin < ci90["low"] <= ci90["high"] < margin:
-            return "not reproduced"
-        return "inconclusive"
-    if ci90 is None:
-        return f"not testable (margin {margin * 100:.2f} points is not positive)"
-    if r["test"] == "equivalence":
-        inside = -margin < ci90["low"] and ci90["high"] < margin
-        return "equivalent" if inside else "not shown equivalent"
-    bound = ci90["low"] if r["direction"] > 0 else -ci90["high"]
-    return "non-inferior" if bound > -margin else "not shown non-inferior"
-
-
-def _p(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f}"
-
-
-def claim_cells(c: dict) -> dict[str, str]:
-    """One judged claim's (:func:`judge_claims`) cells as summary.md and docs/results.md's verdict
-    table (:mod:`rlkit.verdicts`) print them: differences, margins and MDDs in points."""
-    margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
-    if c["margin_rule"]:
-        margin += f" ({c['margin_rule']})"
-    exact = _p(c["p_exact"]) + (" (MC)" if (c["p_method"] or "").startswith("Monte") else "")
-    return {
-        "test": c["test"] + ("" if c["direction"] is None else f" ({c['direction']:+d})"),
-        "pair": f"{c['arm']} − {c['vs']}",
-        "metric": c["metric"].removeprefix("eval/")
-        + ("" if c.get("measure", "end") == "end" else f" ({c['measure']})"),
-        "seeds": str(len(c["seeds"])),
-        "d": "—" if c["difference"] is None else _fmt_signed(c["difference"]),
-        "margin": margin,
-        "p_exact": exact,
-        "p_holm": _p(c.get("p_holm")),
-        "mdd": _points(c["mdd"]),
-        "planned_mdd": _points(c["planned_mdd"]),
-    }
-
-
-def claims_markdown(claims: list[dict]) -> list[str]:
-    """summary.md's table of the pre-registered claims (:func:`judge_claims`)."""
-    lines = [
-        "Pre-registered claims (the spec's `claims`, tested by rlkit report and nothing else): "
-        "d = arm − vs per paired seed (points); p = one-sided p of the claim's test "
-        "(superiority: in the claimed direction; non-inferiority: against −margin; "
-        "equivalence: TOST, the larger of its two) by the t-test and by sign flips (exact over "
-        "all 2^n flips; MC: a seeded Monte-Carlo of 100 000); Holm = the sign-flip p "
-        "Holm-adjusted over the family's superiority claims, α = 0.05; equivalence and "
-        "non-inferiority read the 90% t-interval (TOST at 5%, one-sided 95% bound).",
-        "",
-        "| claim | family | test | arm − vs | metric | G | seeds | d [95% CI] | 90% CI "
-        "| margin | p (t) | p (sign flips) | p (Holm) | MDD (planned) | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in claims:
-        cell = claim_cells(c)
-        ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
-        mdd = cell["mdd"]
-        if c["planned_mdd"] is not None:
-            mdd += f" ({cell['planned_mdd']} from {c['planned_from']})"
-        lines.append(
-            f"| {c['name']} | {c['family']} | {cell['test']} | {cell['pair']} "
-            f"| {cell['metric']} | {c['group_size']} "
-            f"| {cell['seeds']} | {cell['d']} | {ci90 or '—'} | {cell['margin']} "
-            f"| {_p(c['p_t'])} | {cell['p_exact']} | {cell['p_holm']} | {mdd} | {c['verdict']} |"
-        )
-    sources = [f"- {c['name']}: {c['source']}" for c in claims if c["source"]]
-    return lines + [""] + (["Sources:", "", *sources, ""] if sources else [])
-
-
-def claim_verdicts(path: str | Path) -> dict[str, str]:
-    """{claim name: verdict} of a committed ``summary.json``'s pre-registered claims, as
-    ``rlkit report`` judged them (:func:`judge_claims`), for a notebook to assert the verdicts
-    its text states. A ValueError names the file when it has no claims (a sweep without
-    ``claims`` in its spec, or a summary an older report wrote), and the claim when one is not
-    an object with a ``name`` and a ``verdict``."""
-    claims = json.loads(Path(path).read_text()).get("claims")
-    if not claims:
-        raise ValueError(f"{path} has no pre-registered claims (the spec's claims: rlkit report)")
-    for number, claim in enumerate(claims, 1):
-        missing = [k for k in ("name", "verdict") if not isinstance(claim, dict) or k not in claim]
-        if missing:
-            raise ValueError(
-                f"{path}: claim {number} lacks the field {missing[0]!r} (rlkit report writes "
-                "each claim's name and verdict; run it again on the sweep's runs)"
-            )
-    return {c["name"]: c["verdict"] for c in claims}
-
-
-def _same_names(names, others, what: str, other: str) -> None:
-    """A ValueError naming the claims ``what`` has and ``other`` has not, and the reverse."""
-    extra, missing = sorted(set(names) - set(others)), sorted(set(others) - set(names))
-    if extra or missing:
-        parts = [f"has {extra}, which {other} has not"] * bool(extra)
-        parts += [f"leaves out {missing}, which {other} has"] * bool(missing)
-        raise ValueError(f"{what} " + " and ".join(parts))
-
-
-def check_stated_verdicts(
-    summary_path: str | Path, spec_path: str | Path, stated: dict[str, str]
-) -> list[dict]:
-    """A notebook's check of the verdicts its text states (``stated``: {claim name: verdict})
-    against a committed ``summary.json`` and the committed spec it was pre-registered in.
-
-    Three things must hold, else a ValueError names the file and the claim: the summary's
-    verdicts are what :func:`judge_claims` gives again from ``spec_path``'s claims and the
-    summary's per-seed values alone (nothing else decided them); ``stated`` names every claim of
-    the summary and no other (none is left unstated); and each stated verdict is the report's.
-    Returns the claims judged again, for the notebook to print or check further."""
-    summary = json.loads(Path(summary_path).read_text())
-    reported = claim_verdicts(summary_path)
-    again = judge_claims(
-        {k: v for k, v in summary.items() if k != "claims"}, parse_spec(spec_path).claims
-    )
-    _same_names(reported, {c["name"] for c in again}, str(summary_path), str(spec_path))
-    for claim in again:
-        if reported[claim["name"]] != claim["verdict"]:
-            raise ValueError(
-                f"{summary_path}: {claim['name']!r} is {reported[claim['name']]!r} there, but "
-                f"{spec_path}'s claim judged again gives {claim['verdict']!r}"
-            )
-    _same_names(stated, reported, "the text", str(summary_path))
-    for name, verdict in stated.items():
-        if verdict != reported[name]:
-            raise ValueError(
-                f"{summary_path}: {name!r}: the text says {verdict!r}, the report {reported[name]!r}"
-            )
-    return again

@@ -39,6 +39,8 @@ import torch
 from transformers import LogitsProcessorList
 from transformers.cache_utils import Cache
 
+from rlkit.models.hf_compat import cache_keyword, causal_lm
+
 
 def _additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where ``allowed``, the dtype's minimum elsewhere, in ``dtype`` (built in it: float64's
@@ -167,10 +169,8 @@ class StaticDecoder:
         max_new_tokens: int,
         compile_step: bool = False,
     ):
-        from rlkit.logprobs import _cache_keyword, causal_lm  # rlkit.logprobs imports rollout
-
         self.model = model
-        self.cache_keyword = _cache_keyword(causal_lm(model))
+        self.cache_keyword = cache_keyword(causal_lm(model))
         self.width = prompt_width + max_new_tokens
         if compile_step:  # one compiled shape for calls whose prompt widths differ
             self.width = -(-self.width // COMPILE_WIDTH) * COMPILE_WIDTH

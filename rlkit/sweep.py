@@ -31,7 +31,7 @@ step, how far it went past the budget and what stopped it (``token_budget``, ``s
 while unfinished).
 
 Pre-registered claims (optional), written in the spec before the sweep runs; ``rlkit report``
-tests them and nothing else (:func:`rlkit.report.judge_claims`)::
+tests them and nothing else (:func:`rlkit.claims.judge_claims`)::
 
     claims:
       - name: EntropyMech below GRPO          # unique
@@ -58,7 +58,7 @@ exact sign-flip p (all 2^n flips up to 20 seeds, else a seeded Monte-Carlo of 10
 correction of the sign-flip p over the superiority claims of a family, TOST (the 90%
 t-interval inside ±margin) for equivalence and the one-sided 95% bound above −margin for
 non-inferiority; a superiority claim is ``not reproduced`` only when its equivalence within the
-margin passes, ``inconclusive`` otherwise. The verdicts are in :func:`rlkit.report.judge_claims`.
+margin passes, ``inconclusive`` otherwise. The verdicts are in :func:`rlkit.claims.judge_claims`.
 
 Manipulation checks (optional): per arm, ``metrics.jsonl`` keys whose mean over steps and seeds
 shows that the arm's mechanism acted; the report shows each one's mean [min, max over seeds],
@@ -107,8 +107,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import operator
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -116,6 +114,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlkit.checkpoint import STEP_DIR, latest_checkpoint
+from rlkit.claims import Claim, ManipulationCheck, parse_claims, parse_manipulation
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
 from rlkit.machine import fingerprint
 from rlkit.metrics import TOKEN_KEYS, read_metrics, row_tokens, tokens_spent
@@ -151,25 +150,6 @@ SPEC_KEYS = {
     "manipulation": "optional mapping arm -> list of {metric, acts_if} checks that it acted",
     "token_budget": "optional: each run stops once its generated tokens, probe's included, reach it",
 }
-METRICS = ("eval/greedy_accuracy", "eval/pass@1")  # what rlkit report summarizes (and claims test)
-MEASURES = ("end", "shift_dip")  # what a claim tests of its metric (rlkit.report.judge_claims)
-TESTS = ("superiority", "equivalence", "noninferiority")
-HALF_BASELINE_GAIN = "half_baseline_gain"
-CLAIM_KEYS = {
-    "name": "unique name of the claim",
-    "source": "optional free text: where the claim comes from",
-    "arm": "the arm the claim is about",
-    "vs": "the arm it is compared with (default: baseline)",
-    "metric": f"one of {list(METRICS)} (default {METRICS[0]})",
-    "measure": f"one of {list(MEASURES)} (default {MEASURES[0]})",
-    "test": f"one of {list(TESTS)}",
-    "direction": "the claimed sign of arm − vs, +1 or -1; superiority and noninferiority",
-    "margin": f"accuracy units > 0 or {HALF_BASELINE_GAIN!r}; equivalence and noninferiority",
-    "family": "Holm's correction applies within a family (default: the sweep name)",
-    "group_size": "the G compared (required when the sweep has several)",
-    "planned_mdd": "optional MDD the seeds were planned for (accuracy units), with planned_from",
-    "planned_from": "where planned_mdd comes from (e.g. results/pilot)",
-}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 SEED_MAX = 2**32 - 1  # numpy's seed range (every run seeds random, numpy and torch)
 
@@ -199,183 +179,6 @@ class Run:
     @property
     def key(self) -> str:
         return f"{self.arm}/G{self.group_size}/seed{self.seed}"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A pre-registered claim (spec ``claims``) with its defaults resolved; ``margin`` is a number
-    or ``half_baseline_gain``, resolved by ``rlkit report`` (:func:`rlkit.report.judge_claims`)."""
-
-    name: str
-    arm: str
-    vs: str
-    metric: str
-    test: str
-    direction: int | None
-    margin: float | str | None
-    family: str
-    group_size: int | None = None
-    measure: str = MEASURES[0]
-    source: str | None = None
-    planned_mdd: float | None = None
-    planned_from: str | None = None
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
-
-
-def parse_claims(
-    claims, arms, baseline: str | None, group_sizes: list[int] | None, sweep: str
-) -> list[Claim]:
-    """Check the spec's ``claims`` whole (a ValueError names the claim and the bad key or value)
-    and resolve their defaults (``vs``: the baseline; ``metric``: greedy accuracy; ``family``:
-    the sweep's name; ``group_size``: the sweep's only G)."""
-    if not isinstance(claims, list):
-        raise ValueError(f"sweep spec: claims must be a list of mappings, got {claims!r}")
-    parsed = []
-    for i, claim in enumerate(claims):
-        parsed.append(
-            _parse_claim(f"sweep spec: claims[{i}]", claim, arms, baseline, group_sizes, sweep)
-        )
-        if parsed[-1].name in [c.name for c in parsed[:-1]]:
-            raise ValueError(f"sweep spec: claims[{i}]: name {parsed[-1].name!r} is used twice")
-    return parsed
-
-
-def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim:
-    if not isinstance(claim, dict):
-        raise ValueError(f"{where} must be a mapping, got {claim!r}")
-    unknown = sorted(set(claim) - set(CLAIM_KEYS))
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; known: {sorted(CLAIM_KEYS)}")
-    name = claim.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"{where}: name must be a non-empty string, got {name!r}")
-    where += f" ({name})"
-
-    def bad(key: str) -> ValueError:
-        return ValueError(f"{where}: {key} {claim.get(key)!r}: must be {CLAIM_KEYS[key]}")
-
-    vs = claim.get("vs", baseline)
-    for key, arm in (("arm", claim.get("arm")), ("vs", vs)):
-        if not isinstance(arm, str) or arm not in arms:
-            raise ValueError(f"{where}: {key} {arm!r} is not an arm; arms: {list(arms)}")
-    if vs == claim["arm"]:
-        raise ValueError(f"{where}: arm and vs are the same arm {vs!r}")
-    metric = claim.get("metric", METRICS[0])
-    if metric not in METRICS:
-        raise bad("metric")
-    measure = claim.get("measure", MEASURES[0])
-    if measure not in MEASURES:
-        raise bad("measure")
-    test = claim.get("test")
-    if test not in TESTS:
-        raise bad("test")
-    direction = claim.get("direction")
-    if (test == "equivalence") != (direction is None) or direction not in (None, 1, -1):
-        why = "is not used by" if test == "equivalence" else "(+1 or -1) is required by"
-        raise ValueError(f"{where}: direction {why} {test} tests, got {direction!r}")
-    margin = claim.get("margin")
-    if margin is None and test != "superiority":
-        raise ValueError(f"{where}: margin is required by {test} tests")
-    if margin is not None and margin != HALF_BASELINE_GAIN and not _positive(margin):
-        raise bad("margin")
-    if margin == HALF_BASELINE_GAIN and measure != "end":
-        raise ValueError(
-            f"{where}: margin {margin!r} is a share of the end accuracy's gain; measure "
-            f"{measure!r} needs a margin in accuracy units"
-        )
-    family = claim.get("family", sweep)
-    if not isinstance(family, str) or not family.strip():
-        raise bad("family")
-    g = claim.get("group_size")
-    if g is None and group_sizes and len(group_sizes) > 1:
-        raise ValueError(f"{where}: group_size is required (the sweep has G {group_sizes})")
-    if g is not None and (
-        isinstance(g, bool) or not isinstance(g, int) or g not in (group_sizes or [g])
-    ):
-        raise ValueError(f"{where}: group_size {g!r} is not a G of the sweep {group_sizes}")
-    source, planned, planned_from = (
-        claim.get(k) for k in ("source", "planned_mdd", "planned_from")
-    )
-    if source is not None and not isinstance(source, str):
-        raise bad("source")
-    if (planned is None) != (planned_from is None):
-        raise ValueError(f"{where}: planned_mdd and planned_from go together")
-    if planned is not None and not _positive(planned):
-        raise bad("planned_mdd")
-    if planned_from is not None and not isinstance(planned_from, str):
-        raise bad("planned_from")
-    return Claim(
-        name=name,
-        arm=claim["arm"],
-        vs=vs,
-        metric=metric,
-        test=test,
-        direction=direction,
-        margin=margin,
-        family=family,
-        group_size=group_sizes[0] if g is None and group_sizes else g,
-        measure=measure,
-        source=source,
-        planned_mdd=planned,
-        planned_from=planned_from,
-    )
-
-
-@dataclass(frozen=True)
-class ManipulationCheck:
-    """One check that an arm's manipulation acted: the mean over steps and seeds of a
-    ``metrics.jsonl`` key compared with a threshold (``acts_if``: ``"> 0.01"``)."""
-
-    metric: str
-    acts_if: str
-
-    @property
-    def compare(self) -> tuple[str, float]:
-        op, value = ACTS_IF.fullmatch(self.acts_if).group(1, 2)
-        return op, float(value)
-
-    def acted(self, mean: float) -> bool:
-        op, threshold = self.compare
-        return COMPARISONS[op](mean, threshold)
-
-
-ACTS_IF = re.compile(r"\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
-COMPARISONS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
-
-
-def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
-    """Check the spec's ``manipulation`` whole: arm -> list of ``{metric: <metrics.jsonl key>,
-    acts_if: "<op> <number>"}`` (op one of > >= < <=); a ValueError names the bad entry."""
-    if not isinstance(value, dict):
-        raise ValueError(f"sweep spec: manipulation must be a mapping arm -> checks, got {value!r}")
-    checks = {}
-    for arm, items in value.items():
-        where = f"sweep spec: manipulation.{arm}"
-        if arm not in arms:
-            raise ValueError(f"{where}: {arm!r} is not an arm; arms: {list(arms)}")
-        if not isinstance(items, list) or not items:
-            raise ValueError(f"{where} must be a non-empty list of checks, got {items!r}")
-        checks[arm] = []
-        for i, item in enumerate(items):
-            if not isinstance(item, dict) or set(item) != {"metric", "acts_if"}:
-                raise ValueError(
-                    f"{where}[{i}] must be a mapping with exactly metric and acts_if, got {item!r}"
-                )
-            metric, acts_if = item["metric"], item["acts_if"]
-            if not isinstance(metric, str) or not metric.strip():
-                raise ValueError(
-                    f"{where}[{i}]: metric must be a metrics.jsonl key, got {metric!r}"
-                )
-            if not isinstance(acts_if, str) or not ACTS_IF.fullmatch(acts_if):
-                raise ValueError(
-                    f"{where}[{i}]: acts_if must be '<op> <number>' with op one of "
-                    f"{list(COMPARISONS)} (e.g. '> 0.01'), got {acts_if!r}"
-                )
-            checks[arm].append(ManipulationCheck(metric, acts_if))
-    return checks
 
 
 @dataclass

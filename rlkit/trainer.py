@@ -6,7 +6,7 @@
    probe → τ_t → sample, ``rlkit.methods``; DAPO's dynamic sampling refills the batch);
 2. advantages from the method's estimator (``rlkit.advantages``);
 3. the batch to train on with its passes (``rlkit.logprobs``): π_old and the reference, each
-   only when needed (:class:`~rlkit.logprobs.PassPlan`);
+   only when needed (:class:`~rlkit.pass_plan.PassPlan`);
 4. μ update epochs over mini-batches with gradient accumulation, the clip radius from the
    method's rule (``rlkit.update``; DPO: its preference loss over each group's pairs);
 5. the method's feedback after the update (AGPO's step KL);
@@ -35,7 +35,7 @@ from rlkit.collect import Collector
 from rlkit.config import BUILTIN_MODEL, TrainConfig
 from rlkit.dist import check_world, collective, rank_device, rank_seed
 from rlkit.evaluation import EVAL_SEED, EvalScores, sampled_pass_rates, score_problems
-from rlkit.logprobs import PassPlan, PolicyForward
+from rlkit.logprobs import PolicyForward
 from rlkit.machine import unpinned
 from rlkit.methods import build_method
 from rlkit.metrics import MetricsLogger, tokens_spent
@@ -54,6 +54,7 @@ from rlkit.parallel import (
     unsharded,
     wrap,
 )
+from rlkit.pass_plan import PassPlan
 from rlkit.phases import Phases
 from rlkit.plan import resolve_for_device
 from rlkit.rundir import CONFIG, RunLock, clear_run, trained_model, write_config

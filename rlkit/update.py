@@ -20,10 +20,11 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.batch import PolicyPass, TrainBatch, UpdateResult
+from rlkit.clip_rules import ClipRule
 from rlkit.config import TrainConfig, run_tis_cap, run_tis_tripwire
 from rlkit.dist import Collective
 from rlkit.dpo import DPO_METRICS, Pairs, dpo_loss, pair_statistics
-from rlkit.logprobs import PassPlan, PolicyForward
+from rlkit.logprobs import PolicyForward
 from rlkit.losses import (
     BATCH_STATISTIC_MODES,
     LOSS_MODE_METRICS,
@@ -32,8 +33,8 @@ from rlkit.losses import (
     masked_mean,
     policy_loss,
 )
-from rlkit.methods import ClipRule
 from rlkit.models.loading import Policy
+from rlkit.pass_plan import PassPlan
 from rlkit.phases import Phases
 from rlkit.ppo import clipped_value_loss
 from rlkit.rollout import NonFiniteScoresError

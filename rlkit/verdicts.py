@@ -1,7 +1,7 @@
 """``rlkit verdicts [--check]``: docs/results.md's table of every pre-registered verdict, generated.
 
 Every claim that a committed ``results/<sweep>/summary.json`` holds (its spec's ``claims``, judged
-by ``rlkit report``: :func:`rlkit.report.judge_claims`) is one row, in a stable order (sweeps by
+by ``rlkit report``: :func:`rlkit.claims.judge_claims`) is one row, in a stable order (sweeps by
 folder name, then the claims in their spec's order). Beside the registered verdict each row shows
 issue 42's re-reading (:mod:`rlkit.reanalysis`): the claim's registration flag
 (``results/deviations.yaml``), the equivalence reading within its margin and the margin's share
@@ -15,16 +15,21 @@ hand or a summary regenerated without the page is caught (``make notebooks-full`
 notebooks/execute_full.py, and so does tests/test_verdicts.py).
 
 A summary without claims (a spec written before pre-registration existed) contributes no row.
+
+A notebook checks the verdicts its text states against a committed summary and the spec it was
+pre-registered in with :func:`check_stated_verdicts` (:func:`claim_verdicts` reads a summary's).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rlkit import reanalysis
+from rlkit.claims import claim_cells, judge_claims
 from rlkit.paths import check_exists
-from rlkit.report import claim_cells
 from rlkit.rundir import write_atomically
+from rlkit.sweep import parse_spec
 
 BEGIN = "<!-- verdicts:begin -->"
 END = "<!-- verdicts:end -->"
@@ -37,7 +42,7 @@ HEADER = (
 )
 ACTED = {True: "yes", False: "no", None: "no check"}
 YES = {True: "yes", False: "no", None: "—"}
-# the fields of a judged claim (rlkit.report.judge_claims) the table reads (claim_cells' among them)
+# the fields of a judged claim (rlkit.claims.judge_claims) the table reads (claim_cells' among them)
 CLAIM_FIELDS = (
     "name",
     "test",
@@ -131,7 +136,7 @@ def render(results: str | Path) -> list[str]:
 
 
 def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
-    """One claim's table row: the registered cells (:func:`rlkit.report.claim_cells`) and the
+    """One claim's table row: the registered cells (:func:`rlkit.claims.claim_cells`) and the
     re-reading's (:mod:`rlkit.reanalysis`)."""
     cell = claim_cells(c)
     share = reanalysis.gain_share(summary, c)
@@ -203,3 +208,63 @@ def write(readme: str | Path, results: str | Path) -> bool:
         return False
     write_atomically(readme, lambda tmp: tmp.write_text(new))
     return True
+
+
+def claim_verdicts(path: str | Path) -> dict[str, str]:
+    """{claim name: verdict} of a committed ``summary.json``'s pre-registered claims, as
+    ``rlkit report`` judged them (:func:`rlkit.claims.judge_claims`), for a notebook to assert the verdicts
+    its text states. A ValueError names the file when it has no claims (a sweep without
+    ``claims`` in its spec, or a summary an older report wrote), and the claim when one is not
+    an object with a ``name`` and a ``verdict``."""
+    claims = json.loads(Path(path).read_text()).get("claims")
+    if not claims:
+        raise ValueError(f"{path} has no pre-registered claims (the spec's claims: rlkit report)")
+    for number, claim in enumerate(claims, 1):
+        missing = [k for k in ("name", "verdict") if not isinstance(claim, dict) or k not in claim]
+        if missing:
+            raise ValueError(
+                f"{path}: claim {number} lacks the field {missing[0]!r} (rlkit report writes "
+                "each claim's name and verdict; run it again on the sweep's runs)"
+            )
+    return {c["name"]: c["verdict"] for c in claims}
+
+
+def _same_names(names, others, what: str, other: str) -> None:
+    """A ValueError naming the claims ``what`` has and ``other`` has not, and the reverse."""
+    extra, missing = sorted(set(names) - set(others)), sorted(set(others) - set(names))
+    if extra or missing:
+        parts = [f"has {extra}, which {other} has not"] * bool(extra)
+        parts += [f"leaves out {missing}, which {other} has"] * bool(missing)
+        raise ValueError(f"{what} " + " and ".join(parts))
+
+
+def check_stated_verdicts(
+    summary_path: str | Path, spec_path: str | Path, stated: dict[str, str]
+) -> list[dict]:
+    """A notebook's check of the verdicts its text states (``stated``: {claim name: verdict})
+    against a committed ``summary.json`` and the committed spec it was pre-registered in.
+
+    Three things must hold, else a ValueError names the file and the claim: the summary's
+    verdicts are what :func:`rlkit.claims.judge_claims` gives again from ``spec_path``'s claims and the
+    summary's per-seed values alone (nothing else decided them); ``stated`` names every claim of
+    the summary and no other (none is left unstated); and each stated verdict is the report's.
+    Returns the claims judged again, for the notebook to print or check further."""
+    summary = json.loads(Path(summary_path).read_text())
+    reported = claim_verdicts(summary_path)
+    again = judge_claims(
+        {k: v for k, v in summary.items() if k != "claims"}, parse_spec(spec_path).claims
+    )
+    _same_names(reported, {c["name"] for c in again}, str(summary_path), str(spec_path))
+    for claim in again:
+        if reported[claim["name"]] != claim["verdict"]:
+            raise ValueError(
+                f"{summary_path}: {claim['name']!r} is {reported[claim['name']]!r} there, but "
+                f"{spec_path}'s claim judged again gives {claim['verdict']!r}"
+            )
+    _same_names(stated, reported, "the text", str(summary_path))
+    for name, verdict in stated.items():
+        if verdict != reported[name]:
+            raise ValueError(
+                f"{summary_path}: {name!r}: the text says {verdict!r}, the report {reported[name]!r}"
+            )
+    return again

@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as _scipy_stats
 
+from rlkit.claims import Claim, judge_claims
 from rlkit.intervals import Interval, mean_ci, minimum_detectable_difference, paired_difference
-from rlkit.report import judge_claims
-from rlkit.sweep import Claim
 
 __all__ = [
     "Interval",
@@ -48,7 +47,7 @@ def bonferroni_z(num_comparisons: int, family_level: float = 0.01) -> float:
 
 def judge_paired(values: dict, comparisons, family: str) -> list[dict]:
     """Pre-registered superiority tests of paired per-seed values, by ``rlkit report``'s rule
-    (:func:`rlkit.report.judge_claims`), so a notebook's verdicts and a sweep's mean the same.
+    (:func:`rlkit.claims.judge_claims`), so a notebook's verdicts and a sweep's mean the same.
 
     ``values``: {arm: {measure: per-seed values [S]}}, seed s of every arm paired (same seed).
     ``comparisons``: (arm, vs, measure, direction, margin) tuples, d_s = arm − vs, direction +1

@@ -11,9 +11,9 @@ import pytest
 import test_report
 from scipy import stats
 
+from rlkit.claims import CLAIM_MEASURES, MEASURES, claim_cells, judge_claims, parse_claims
 from rlkit.intervals import holm, sign_flip_p_greater, t_p_greater
-from rlkit.report import CLAIM_MEASURES, claim_cells, judge_claims, summary_files, write_report
-from rlkit.sweep import MEASURES, parse_claims
+from rlkit.report import summary_files, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 sweep_dir = test_report.sweep_dir  # the synthetic sweep (a fixture)

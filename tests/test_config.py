@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rlkit.config import TrainConfig, load_config, preset_names
-from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
+from rlkit.pass_plan import PassPlan
 from rlkit.tasks.loader import check_sizes, load_problems
 
 

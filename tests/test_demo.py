@@ -7,8 +7,8 @@ from scipy import stats
 
 from rlkit.config import load_config
 from rlkit.demo import METHODS, run_demo, run_overrides, summary_table
-from rlkit.logprobs import PassPlan
 from rlkit.methods import build_method
+from rlkit.pass_plan import PassPlan
 
 
 def rows(greedy_start, greedy_end, pass_end):

@@ -280,8 +280,8 @@ def test_offline_dpo_checkpoint_without_its_collected_set_is_refused(tmp_path):
 def test_dpo_runs_no_old_pass_unless_entropy_is_logged(tmp_path, tiny_model_dir):
     """DPO's loss reads π_ref, not π_old: with two epochs π_old's pass runs only for the
     logged entropy."""
-    from rlkit.logprobs import PassPlan
     from rlkit.methods import build_method
+    from rlkit.pass_plan import PassPlan
 
     for log_entropy, on_policy in ((False, True), (True, False)):
         cfg = dpo_config(tmp_path, tiny_model_dir, "optim.update_epochs=2")

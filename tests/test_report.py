@@ -16,22 +16,26 @@ from scipy import stats
 
 from rlkit.cli import main
 from rlkit.config import load_config
-from rlkit.intervals import mean_ci, minimum_detectable_difference, paired_difference
+from rlkit.intervals import (
+    mean_ci,
+    minimum_detectable_difference,
+    paired_difference,
+    paired_stats,
+    pooled_mdd,
+)
 from rlkit.report import (
     arm_table,
     describe_pair,
     eval_curve,
     learning_curves,
     paired_comparison,
-    paired_stats,
-    pooled_mdd,
     shift_recovery,
     step_band,
     summary_files,
-    summary_row,
     training_dynamics,
     write_report,
 )
+from rlkit.summary import summary_row
 from rlkit.tasks.loader import load_problems
 
 ROOT = Path(__file__).resolve().parent.parent

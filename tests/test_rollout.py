@@ -11,15 +11,16 @@ import torch
 
 import rlkit.logprobs as logprobs_module
 from rlkit.config import load_config
-from rlkit.logprobs import PassPlan, PromptSharingError, sequence_logprobs
+from rlkit.logprobs import PromptSharingError, sequence_logprobs
 from rlkit.methods import build_method
+from rlkit.pass_plan import PassPlan
 from rlkit.rollout import (
-    RolloutBatch,
     RowTemperatureLogitsProcessor,
     _completion_layout,
     generate_in_batches,
     generate_rollouts,
 )
+from rlkit.rollout_batch import RolloutBatch
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]
 

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from rlkit.batch import PolicyPass, TrainBatch
+from rlkit.clip_rules import FixedClip
 from rlkit.config import load_config
 from rlkit.dist import Local
-from rlkit.logprobs import PassPlan
-from rlkit.methods import AGPO, FixedClip, Method, build_method
+from rlkit.methods import AGPO, Method, build_method
+from rlkit.pass_plan import PassPlan
 from rlkit.phases import Phases
-from rlkit.rollout import RolloutBatch
+from rlkit.rollout_batch import RolloutBatch
 from rlkit.update import StepMeans
 
 RLKIT = Path(__file__).resolve().parents[1] / "rlkit"

@@ -10,7 +10,8 @@ import torch
 from rlkit.config import load_config
 from rlkit.logprobs import sequence_logprobs
 from rlkit.metrics import read_metrics
-from rlkit.rollout import concat_rollouts, generate_rollouts
+from rlkit.rollout import generate_rollouts
+from rlkit.rollout_batch import concat_rollouts
 from rlkit.static_decode import static_generate
 from rlkit.tis import DEFAULT_TIS_CAP, importance_weights, mismatch_metrics, resolve_tis_cap
 from rlkit.trainer import Trainer

@@ -422,7 +422,8 @@ def test_agpo_lora_run_has_a_reference_kl(tmp_path, tiny_model_dir):
 def test_concat_rollouts_keeps_logprobs_of_every_row(tiny_model, tiny_tokenizer):
     """Batches of different prompt and completion widths stack without changing any row."""
     from rlkit.logprobs import sequence_logprobs
-    from rlkit.rollout import concat_rollouts, generate_rollouts
+    from rlkit.rollout import generate_rollouts
+    from rlkit.rollout_batch import concat_rollouts
 
     short = generate_rollouts(
         tiny_model, tiny_tokenizer, ["1+2="] * 2, torch.ones(2), 3, generator_seed=0

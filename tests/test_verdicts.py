@@ -12,8 +12,9 @@ from test_claims import claims, summary_with
 from test_notebook_figures import execute_full
 
 from rlkit import reanalysis, verdicts
+from rlkit.claims import judge_claims
 from rlkit.cli import main
-from rlkit.report import check_stated_verdicts, claim_verdicts, judge_claims
+from rlkit.verdicts import check_stated_verdicts, claim_verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERIORITY = {"name": "B above A", "test": "superiority", "direction": 1, "margin": 0.01}

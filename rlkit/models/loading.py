@@ -49,6 +49,7 @@ from transformers import (
 )
 
 from rlkit.models.gguf import resolve_checkpoint
+from rlkit.models.hf_compat import enable_checkpointing
 from rlkit.models.spec import ModelSpec
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -274,15 +275,6 @@ def _lora_config(spec: ModelSpec) -> LoraConfig:
     )
 
 
-def _enable_checkpointing(model: PreTrainedModel) -> None:
-    """Recompute activations in backward (non-reentrant: no input-grad hooks needed under LoRA)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
 def _cast_frozen_to_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
     """Undo `prepare_model_for_kbit_training`'s fp32 upcast of the frozen, non-4-bit weights.
 
@@ -389,7 +381,7 @@ def load_policy(
         _keep_4bit_layers_differentiable(model)
         check_4bit_gradients(model)
     if spec.gradient_checkpointing:
-        _enable_checkpointing(model)
+        enable_checkpointing(model)
     if spec.mode != "full":
         model = get_peft_model(model, _lora_config(spec))
     if spec.mode == "qlora":
