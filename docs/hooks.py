@@ -69,7 +69,10 @@ def on_files(files: Files, config) -> Files:
     ours = [f for f in files if f.src_dir and Path(f.src_dir).resolve() == docs]
     site = Files([f for f in files if f not in ours])  # the theme's assets, as they are
     uris = ["README.md"] + [f"docs/{f.src_uri}" for f in ours if not f.inclusion.is_excluded()]
-    uris += [f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+        (ROOT / "notebooks" / "results").glob("*.ipynb")
+    )
+    uris += [p.relative_to(ROOT).as_posix() for p in notebooks]
     seen = set()
     while uris:
         uri = uris.pop(0)

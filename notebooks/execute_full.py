@@ -1,7 +1,7 @@
 """Re-execute the notebooks at full scale and check the figures docs/course.md quotes from them.
 
     python notebooks/execute_full.py                 # every notebook, then the pages' checks
-    python notebooks/execute_full.py 03_entropy_decay.ipynb
+    python notebooks/execute_full.py 07_entropy_decay.ipynb results/synthesis.ipynb
     python notebooks/execute_full.py --check-only    # only compare the pages with the outputs
 
 After the notebooks (not with --check-only), one committed seed of each arm of the headline
@@ -9,11 +9,13 @@ claims (the two that survive the project-wide Holm correction) is trained again 
 kernels (``rlkit reproduce --kernels avx2``, the kernels those sweeps ran on) and compared with its
 ``summary.json``: a figure beyond the seeds' spread fails; identical or within it is reported.
 
-Each notebook runs in place, in its own folder (so figures land in notebooks/figures/), with
-RLKIT_NB_SCALE unset (full scale) and one thread; its outputs become the committed ones.
+Each notebook runs in place, in its own folder (so a lesson's figures land in notebooks/figures/,
+a results notebook's in notebooks/results/figures/), with RLKIT_NB_SCALE unset (full scale) and
+one thread; its outputs become the committed ones.
 
-The quotes check: in docs/course.md's notebooks table (the README's until issue 43 moved it),
-every quote in backticks after the notebook's name is a figure with its label, ``label … figure`` (for example
+The quotes check: in docs/course.md's table of the lessons and docs/results.md's table of the
+results notebooks (``results/<name>``), every quote in backticks after the notebook's name is a
+figure with its label, ``label … figure`` (for example
 `AGPO − GRPO (eval/greedy_accuracy, … -0.2 [-2.3, +2.0]`), quoted from that notebook's outputs.
 One output line must hold every part of the quote, in order, each as whole words (not inside a
 longer number or name), with any text between them; runs of spaces count as one. So a figure
@@ -37,10 +39,12 @@ from nbclient import NotebookClient
 from rlkit.verdicts import stale_line
 
 HERE = Path(__file__).resolve().parent
-COURSE = HERE.parent / "docs" / "course.md"  # the notebooks table, with the quoted figures
-VERDICTS = HERE.parent / "docs" / "results.md"  # the generated verdict table
+COURSE = HERE.parent / "docs" / "course.md"  # the lessons' table, with the quoted figures
+VERDICTS = HERE.parent / "docs" / "results.md"  # the results notebooks' table; the verdict table
+PAGES = (COURSE, VERDICTS)  # the pages whose notebook tables quote figures
 RESULTS = HERE.parent / "results"
-ROW = re.compile(r"^\|\s*`(\d\d_[a-z0-9_]+)`\s*\|(.*)$")
+# a table row naming a lesson (`03_vanishing_gradients`) or a results notebook (`results/synthesis`)
+ROW = re.compile(r"^\|\s*`((?:results/)?[a-z0-9_]+)`\s*\|(.*)$")
 QUOTED = re.compile(r"`([^`]+)`")
 GAP = "…"  # between a quote's parts: any text on the same output line
 # (results folder, arm, seed): the headline claims' arms, the first seed of each sweep
@@ -63,7 +67,7 @@ def execute(path: Path) -> float:
         nb,
         timeout=None,
         kernel_name="python3",
-        resources={"metadata": {"path": str(HERE)}},
+        resources={"metadata": {"path": str(path.parent)}},
         coalesce_streams=True,  # one output per stream, however the kernel flushed it
     ).execute()
     nbformat.write(nb, path)
@@ -82,13 +86,15 @@ def output_text(path: Path) -> str:
     return "\n".join(parts)
 
 
-def quoted_figures(readme: Path = COURSE) -> dict[str, list[str]]:
-    """{notebook stem: [figures quoted in backticks in its row of the notebooks table]}."""
+def quoted_figures(*pages: Path) -> dict[str, list[str]]:
+    """{notebook (its path under notebooks/, without .ipynb): [figures quoted in backticks in its
+    row of a notebooks table]}, over ``pages`` (default :data:`PAGES`)."""
     out = {}
-    for line in readme.read_text().splitlines():
-        match = ROW.match(line)
-        if match:
-            out[match.group(1)] = QUOTED.findall(match.group(2))
+    for page in pages or PAGES:
+        for line in page.read_text().splitlines():
+            match = ROW.match(line)
+            if match:
+                out[match.group(1)] = QUOTED.findall(match.group(2))
     return out
 
 
@@ -102,11 +108,11 @@ def quote_pattern(quote: str) -> re.Pattern | None:
     return re.compile(".*".join(rf"(?<!\S){re.escape(part)}(?![^\s;,:])" for part in parts))
 
 
-def check_readme(readme: Path = COURSE, notebook_dir: Path = HERE) -> list[str]:
-    """The page's quotes that no line of their notebook's outputs holds, and those without a
-    label."""
+def check_readme(readme: Path | None = None, notebook_dir: Path = HERE) -> list[str]:
+    """The quotes of ``readme`` (default: every page of :data:`PAGES`) that no line of their
+    notebook's outputs holds, and those without a label."""
     missing = []
-    for stem, quotes in quoted_figures(readme).items():
+    for stem, quotes in quoted_figures(*([readme] if readme else [])).items():
         lines = [
             " ".join(line.split())
             for line in output_text(notebook_dir / f"{stem}.ipynb").splitlines()
@@ -122,22 +128,27 @@ def check_readme(readme: Path = COURSE, notebook_dir: Path = HERE) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("notebooks", nargs="*", help="notebook files (default: all)")
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        help="notebooks under notebooks/, e.g. 07_entropy_decay.ipynb or results/synthesis.ipynb (default: all)",
+    )
     parser.add_argument("--check-only", action="store_true", help="skip execution")
     args = parser.parse_args(argv)
     if not args.check_only:
-        paths = [HERE / Path(n).name for n in args.notebooks] or sorted(HERE.glob("*.ipynb"))
+        lessons, results = sorted(HERE.glob("*.ipynb")), sorted(HERE.glob("results/*.ipynb"))
+        paths = [HERE / n for n in args.notebooks] or lessons + results
         for path in paths:
             print(f"{path.name}: executing at full scale ...", flush=True)
             print(f"{path.name}: done in {execute(path):.0f} s", flush=True)
     failed = [] if args.check_only else reproduce_headline_runs()
     missing, stale = check_readme(), stale_line(VERDICTS, RESULTS)
     if missing:
-        header = "docs/course.md's quotes not found on one line of the notebook outputs:"
+        header = "docs/course.md's and docs/results.md's quotes not on one line of the outputs:"
         print(header, *missing, sep="\n  ")
     else:
         count = sum(len(v) for v in quoted_figures().values())
-        print(f"docs/course.md: all {count} quoted figures match their labelled notebook outputs")
+        print(f"docs/course.md, docs/results.md: all {count} quoted figures match their outputs")
     if stale:
         print(f"docs/results.md's verdict table is stale: {stale}")
     else:

@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 TQDM_WIDGET_NOTICE = "IProgress not found"
 BNB_KERNEL_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"
 # peft reads transformers' deprecated `model.is_gradient_checkpointing` once per wrapped model:
-# nothing a user can change, and it printed once per pool worker into notebook 10's outputs
+# nothing a user can change, and it printed once per pool worker into notebook 11's outputs
 PEFT_CHECKPOINTING_NOTICE = "`is_gradient_checkpointing` is deprecated"
 
 

@@ -101,7 +101,7 @@ class TaskConfig:
     reward_workers: int = 0  # 0: score in-process, where reward_timeout_s is not enforced
     reward_timeout_s: float = 10.0
     on_reward_error: str = "warn"
-    # A mid-run change of the training prompts (notebook 08's difficulty shift): from step
+    # A mid-run change of the training prompts (notebook 09's difficulty shift): from step
     # ``shift.step`` on, training prompts come from the arithmetic task ``shift.arithmetic``
     # (ArithmeticTask fields, as task.arithmetic); evaluation keeps this task's eval set.
     shift: dict = field(default_factory=dict)

@@ -242,7 +242,7 @@ class AdaptiveClip:
     uses the previous step's drift (docs/algorithms.md §3 step 5).
 
     ``entropy_ratio=False`` replaces clip(H / H̄_ref, 0.5, 1.5) by 1: the policy-entropy signal
-    left out (notebook 08's leave-one-out; α, γ, δ, ζ = 0 leave out the others).
+    left out (notebook 09's leave-one-out; α, γ, δ, ζ = 0 leave out the others).
     """
 
     def __init__(

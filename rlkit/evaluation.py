@@ -93,7 +93,7 @@ def majority_correct(texts: Sequence[str], rewards: torch.Tensor) -> torch.Tenso
 @dataclass
 class EvalScores:
     """Per-problem results: greedy rewards [P, 1], k sampled rewards [P, k], Maj@k [P] and the
-    P greedy completions (what a reader inspects: notebook 10's kinds of wrong answer)."""
+    P greedy completions (what a reader inspects: notebook 11's kinds of wrong answer)."""
 
     greedy: torch.Tensor
     sampled: torch.Tensor

@@ -1,6 +1,6 @@
 """Training runs in a pool of worker processes, each on a fixed number of torch threads.
 
-Used by ``rlkit demo``, ``rlkit sweep`` and notebook 10 (:func:`train_and_score`). One torch
+Used by ``rlkit demo``, ``rlkit sweep`` and notebook 11 (:func:`train_and_score`). One torch
 thread per run by default: one thread fixes the order of every float reduction, so a run's
 numbers do not depend on the thread count the machine would pick, and the tiny model's matrices
 are too small for intra-op threads to pay, so on a small machine several single-thread runs side
@@ -55,7 +55,7 @@ def train_and_score(base: str, overrides: list[str], threads: int, train: bool =
     is replaced) on ``threads`` torch threads, or with ``train=False`` only load its starting
     policy, and return its last held-out evaluation problem by problem
     (:class:`rlkit.evaluation.EvalScores`, greedy completions included): the per-problem pairing
-    notebook 10 makes, from runs trained side by side in a pool."""
+    notebook 11 makes, from runs trained side by side in a pool."""
     from rlkit.trainer import Trainer
 
     cfg = worker_config(base, overrides, threads)

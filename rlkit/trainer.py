@@ -231,7 +231,7 @@ class Trainer:
         )
 
     def shift_task(self) -> None:
-        """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 08's
+        """From now on draw training prompts from ``task.shift.arithmetic`` (notebook 09's
         difficulty shift), in a fresh order under the run's seed."""
         problems = self.shift_problems
         if self.cfg.task.chat_template:

@@ -6,7 +6,7 @@
 - :mod:`simulations.experiments` the vectorized experiment drivers the notebooks call
 - :mod:`simulations.stats`, :mod:`simulations.plotting` intervals over seeds, figures
 - :mod:`simulations.scale`       the notebooks' full and CI scales; where a CI-scale run writes
-- :mod:`simulations.poke`        one run of one sweep arm, by hand (notebooks 07 and 08)
+- :mod:`simulations.poke`        one run of one sweep arm, by hand (notebooks 08 and 09)
 - :mod:`simulations.mad_median`  the AGPO authors' lower MAD median against rlkit's midpoint, on the
   warm start's 0/1 rewards (docs/algorithms.md §1)
 """

@@ -296,7 +296,7 @@ def _(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 01 · Shrinkage MSE
+# 02 · Shrinkage MSE
 
 
 def oracle_gain_reference(tau2: float, sigma2: float, group_size: int, measured: float) -> float:
@@ -305,7 +305,7 @@ def oracle_gain_reference(tau2: float, sigma2: float, group_size: int, measured:
     return cf.shrinkage_factor(sigma2, tau2, group_size)  # the oracle's relative gain is S*
 
 
-@exercise("01_oracle_gain", "predict", "my_gain", oracle_gain_reference)
+@exercise("02_oracle_gain", "predict", "my_gain", oracle_gain_reference)
 def _(answer, tau2: float, sigma2: float, group_size: int, measured: float) -> str:
     close_number(answer, measured, 0.03, f"oracle's relative gain at τ² = {tau2}")
     return f"the oracle's MSE is {measured:.1%} below the group mean's: S* itself"
@@ -317,7 +317,7 @@ def shrink_side_reference(sigma2: float, tau2: float, group_size: int, measured,
     return "less" if cf.raw_shrinks_less(sigma2, tau2, group_size) else "more"
 
 
-@exercise("01_shrink_side", "predict", "my_side", shrink_side_reference)
+@exercise("02_shrink_side", "predict", "my_side", shrink_side_reference)
 def _(answer, sigma2: float, tau2: float, group_size: int, measured: float, star: float) -> str:
     side = one_of(answer, ("less", "more"), "my_side")
     truth = "less" if measured < star else "more"
@@ -328,7 +328,7 @@ def _(answer, sigma2: float, tau2: float, group_size: int, measured: float, star
     return f"EBPO's Ŝ = {measured:.3f} shrinks {truth} than S* = {star:.3f}"
 
 
-@exercise("01_s_star_by_hand", "predict", "my_s_star", lambda: 5 / 9)
+@exercise("02_s_star_by_hand", "predict", "my_s_star", lambda: 5 / 9)
 def _(answer) -> str:
     from rlkit.advantages import get_estimator
 
@@ -359,7 +359,7 @@ def shrinkage_weight_reference(rewards: torch.Tensor) -> float:
 
 
 @exercise(
-    "01_shrinkage_weight", "implement", "my_shrinkage_weight", lambda: shrinkage_weight_reference
+    "02_shrinkage_weight", "implement", "my_shrinkage_weight", lambda: shrinkage_weight_reference
 )
 def _(answer) -> str:
     from rlkit.advantages import get_estimator
@@ -380,7 +380,7 @@ def _(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 02 · Vanishing gradients
+# 03 · Vanishing gradients
 
 
 def beta_null_reference(beta, group_size: int, measured: float, num: int) -> float:
@@ -389,7 +389,7 @@ def beta_null_reference(beta, group_size: int, measured: float, num: int) -> flo
     return cf.beta_prob_constant_group(*beta, group_size)
 
 
-@exercise("02_constant_share", "predict", "my_constant_share", beta_null_reference)
+@exercise("03_constant_share", "predict", "my_constant_share", beta_null_reference)
 def _(answer, beta, group_size: int, measured: float, num: int) -> str:
     se = math.sqrt(max(measured * (1 - measured), 1e-12) / num)
     close_number(
@@ -401,7 +401,7 @@ def _(answer, beta, group_size: int, measured: float, num: int) -> str:
     return f"{measured:.3f} of the groups are constant"
 
 
-@exercise("02_equal_topics", "predict", "my_penalty", lambda measured, se: -0.22)
+@exercise("03_equal_topics", "predict", "my_penalty", lambda measured, se: -0.22)
 def _(answer, measured, se) -> str:
     measured, se = np.asarray(measured, dtype=float), np.asarray(se, dtype=float)
     value = as_number(answer, "my_penalty")
@@ -414,7 +414,7 @@ def _(answer, measured, se) -> str:
     return f"every equally hard topic's all-fail group gets about {measured.mean():+.2f}"
 
 
-@exercise("02_all_fail_by_hand", "predict", "my_advantage", lambda: -0.15)
+@exercise("03_all_fail_by_hand", "predict", "my_advantage", lambda: -0.15)
 def _(answer) -> str:
     value = as_number(answer, "my_advantage")
     baseline = (1 - 0.6) * 0.0 + 0.6 * 0.25  # V = (1 − S)·mean + S·μ_glob for the all-fail group
@@ -443,7 +443,7 @@ def rlkit_expected_gradient(logits, rewards, baseline) -> torch.Tensor:
 
 
 @exercise(
-    "02_baseline_lemma", "implement", "my_expected_gradient", lambda: expected_gradient_reference
+    "03_baseline_lemma", "implement", "my_expected_gradient", lambda: expected_gradient_reference
 )
 def _(answer) -> str:
     gen = generator(2)
@@ -471,11 +471,11 @@ def _(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 03 · Entropy decay
+# 07 · Entropy decay
 
 
 @exercise(
-    "03_smallest_std",
+    "07_smallest_std",
     "predict",
     "my_smallest_std",
     lambda group_size, measured: 1 / math.sqrt(group_size),
@@ -490,7 +490,7 @@ ENTROPY_GAPS = {0.5: -0.36, 0.1: -0.14, 0.02: -0.02}  # the folded answer's EBPO
 
 
 @exercise(
-    "03_entropy_gap",
+    "07_entropy_gap",
     "predict",
     "my_entropy_gap",
     lambda lr, mean, low, high: ENTROPY_GAPS.get(lr, mean),
@@ -543,7 +543,7 @@ def shuffled_layouts(seed: int):
 
 
 @exercise(
-    "03_silent_bug", "bug", "my_fixed_group_advantage", lambda: fixed_group_advantage_reference
+    "07_silent_bug", "bug", "my_fixed_group_advantage", lambda: fixed_group_advantage_reference
 )
 def _(answer) -> str:
     cases = shuffled_layouts(3)
@@ -681,11 +681,11 @@ def _(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 06 · One training step
+# 01 · One GRPO step
 
 
 @exercise(
-    "06_rloo_one_right", "predict", "my_rloo", lambda group_size: (1.0, -1 / (group_size - 1))
+    "01_rloo_one_right", "predict", "my_rloo", lambda group_size: (1.0, -1 / (group_size - 1))
 )
 def _(answer, group_size: int) -> str:
     from rlkit.advantages import get_estimator
@@ -708,7 +708,7 @@ def clipped_side_reference(log_ratio: float, eps: float = 0.2) -> str:
     return "low" if rho < 1 - eps else "high" if rho > 1 + eps else "none"
 
 
-@exercise("06_clipped_side", "predict", "my_clipped_side", clipped_side_reference)
+@exercise("01_clipped_side", "predict", "my_clipped_side", clipped_side_reference)
 def _(answer, log_ratio: float, eps: float = 0.2) -> str:
     from rlkit.losses import clipped_surrogate
 
@@ -722,7 +722,7 @@ def _(answer, log_ratio: float, eps: float = 0.2) -> str:
     return f"at ρ = {math.exp(log_ratio):.3f} the clip takes {truth!r}"
 
 
-@exercise("06_adam_step_ratio", "predict", "my_ratio", lambda measured: 1.0)
+@exercise("01_adam_step_ratio", "predict", "my_ratio", lambda measured: 1.0)
 def _(answer, measured: float) -> str:
     close_number(answer, measured, 0.05, "step-size ratio for advantages × 3")
     return f"the step grows by {measured:.3f}, not 3: Adam's first step is about lr·sign(g)"
@@ -736,7 +736,7 @@ def clipped_loss_reference(ratio, advantages, eps):
     return torch.where(clipped_low, -(1 - eps) * advantages, loss)
 
 
-@exercise("06_clip_by_cases", "implement", "my_clipped_loss", lambda: clipped_loss_reference)
+@exercise("01_clip_by_cases", "implement", "my_clipped_loss", lambda: clipped_loss_reference)
 def _(answer) -> str:
     from rlkit.losses import clipped_surrogate
 
@@ -778,7 +778,30 @@ def _(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 07 · EBPO ablations
+# 06 · One run of each method
+
+REWARD_SE_TOL = 0.01
+
+
+def reward_se_reference(p: float, answers: int) -> float:
+    return math.sqrt(p * (1 - p) / answers)  # the binomial SE of a mean of `answers` rewards
+
+
+@exercise("06_reward_se", "predict", "my_reward_se", reward_se_reference)
+def _(answer, p: float, answers: int) -> str:
+    truth = reward_se_reference(p, answers)
+    close_number(answer, truth, REWARD_SE_TOL, f"SE of a mean of {answers} rewards at p = {p:.3f}")
+    return f"√(p(1 − p)/n) = {truth:.3f}: a few points of noise on every step's reward"
+
+
+@exercise("06_clip_share", "predict", "my_clip_share", lambda measured: 0.0)
+def _(answer, measured: float) -> str:
+    close_number(answer, measured, 1e-3, "share of tokens the clip bound on")
+    return "ρ = 1 at the only update of each batch, so no token is clipped, whatever ε is"
+
+
+# ---------------------------------------------------------------------------------------------
+# 08 · EBPO on the language model
 
 
 def mdd_reference(row: dict) -> float:
@@ -790,7 +813,7 @@ def mdd_reference(row: dict) -> float:
     return (t95 + t80) * se
 
 
-@exercise("07_mdd_from_interval", "predict", "my_mdd", mdd_reference)
+@exercise("08_mdd_from_interval", "predict", "my_mdd", mdd_reference)
 def _(answer, row: dict) -> str:
     close_number(answer, row["mdd"], 1e-6, "MDD", show=False)
     return f"the report's MDD is {100 * row['mdd']:.2f} points too"
@@ -804,7 +827,7 @@ def one_seed_sd_reference(row: dict) -> float:
     return 100 * math.sqrt(n) * se
 
 
-@exercise("07_one_seed_spread", "predict", "my_seed_sd", one_seed_sd_reference)
+@exercise("08_one_seed_spread", "predict", "my_seed_sd", one_seed_sd_reference)
 def _(answer, row: dict) -> str:
     truth = one_seed_sd_reference(row)
     close_number(answer, truth, 0.1, "one seed's standard deviation (points)", show=False)
@@ -812,10 +835,10 @@ def _(answer, row: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 08 · AGPO ablations
+# 09 · AGPO on the language model
 
 
-@exercise("08_verdict", "predict", "my_verdict", lambda claim: claim["verdict"])
+@exercise("09_verdict", "predict", "my_verdict", lambda claim: claim["verdict"])
 def _(answer, claim: dict) -> str:
     if not isinstance(answer, str):
         fail(f"my_verdict should be a verdict such as 'reproduced', got {answer!r}")
@@ -842,7 +865,7 @@ def temperature_swing_ratio(lam: float, base_lam: float = 0.15) -> float:
     return swings[0] / swings[1]
 
 
-@exercise("08_temperature_gain", "predict", "my_swing_factor", lambda lam: lam / 0.15)
+@exercise("09_temperature_gain", "predict", "my_swing_factor", lambda lam: lam / 0.15)
 def _(answer, lam: float) -> str:
     truth = temperature_swing_ratio(lam)
     close_number(answer, truth, 0.05 * truth, f"swing factor at λ = {lam}", show=False)
@@ -852,7 +875,7 @@ def _(answer, lam: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# 11 · Synthesis
+# The synthesis (notebooks/results/synthesis.ipynb)
 
 
 def holm_reference(family: list[dict]) -> dict[str, float]:
@@ -864,7 +887,7 @@ def holm_reference(family: list[dict]) -> dict[str, float]:
     return adjusted
 
 
-@exercise("11_holm_by_hand", "predict", "my_holm", holm_reference)
+@exercise("synthesis_holm_by_hand", "predict", "my_holm", holm_reference)
 def _(answer, family: list[dict]) -> str:
     if not isinstance(answer, dict):
         fail(f"my_holm should be a dict {{claim name: Holm p}}, got {type(answer).__name__}")
@@ -885,7 +908,7 @@ def seeds_reference(seeds: int, mdd: float, effect: float) -> int:
     return math.ceil(seeds * (mdd / effect) ** 2)
 
 
-@exercise("11_seeds_for_mdd", "predict", "my_seeds", seeds_reference)
+@exercise("synthesis_seeds_for_mdd", "predict", "my_seeds", seeds_reference)
 def _(answer, seeds: int, mdd: float, effect: float) -> str:
     truth = seeds_reference(seeds, mdd, effect)
     close_number(answer, truth, 1, f"seeds for an MDD of {effect} points", show=False)

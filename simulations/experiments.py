@@ -1,4 +1,4 @@
-"""Vectorized experiment drivers behind notebooks 01–05.
+"""Vectorized experiment drivers behind notebooks 02–05 and 07.
 
 Each driver takes a seed (or a list of paired seeds: the same seed gives every method the same
 prompts, starting policy and random stream) and returns plain numbers and numpy arrays; the
@@ -56,7 +56,7 @@ METHODS: dict[str, tuple[str, dict]] = {
 }
 
 
-# Known to make_estimator but left out of the notebooks' sweeps over METHODS (notebook 02 only)
+# Known to make_estimator but left out of the notebooks' sweeps over METHODS (notebook 03 only)
 OTHER_METHODS: dict[str, tuple[str, dict]] = {"JSPO": ("jspo", {})}
 
 
@@ -76,9 +76,9 @@ def rewards_for(population, theta: torch.Tensor, group_size: int, rng) -> torch.
     return bernoulli_rewards(theta, group_size, rng)
 
 
-# --- Notebook 01: Thm 3.3, MSE of the baseline ------------------------------------------------
+# --- Notebook 02: Thm 3.3, MSE of the baseline ------------------------------------------------
 
-# JSPO's two shrinkage rules (docs/algorithms.md §2b), by the key notebook 01 reports them under
+# JSPO's two shrinkage rules (docs/algorithms.md §2b), by the key notebook 02 reports them under
 JSPO_RULES = {"jspo": "published", "jspo_js": "james_stein"}
 
 
@@ -223,7 +223,7 @@ def baseline_gradient_variance(
     return out
 
 
-# --- Notebook 02: Thm 3.2 / Cor 3.5, vanishing gradients ---------------------------------------
+# --- Notebook 03: Thm 3.2 / Cor 3.5, vanishing gradients ---------------------------------------
 
 
 def null_group_rates(
@@ -371,7 +371,7 @@ def failure_penalty_by_cluster(
     }
 
 
-# --- Notebook 03: Prop 3.6, entropy dynamics on the softmax bandit -----------------------------
+# --- Notebook 07: Prop 3.6, entropy dynamics on the softmax bandit -----------------------------
 
 
 @dataclass(frozen=True)

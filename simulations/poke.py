@@ -1,5 +1,5 @@
-"""One run of one arm of a sweep, trained by hand: the "poke one arm" exercises of notebooks 07
-and 08.
+"""One run of one arm of a sweep, trained by hand: the "poke one arm" exercises of notebooks 08
+and 09.
 
 ``rlkit sweep`` trains every arm × group size × seed of its spec. :func:`poke_overrides` returns
 the overrides of one of those runs exactly as the sweep plans them (:func:`rlkit.sweep.plan`),

@@ -117,8 +117,8 @@ def test_links_to_a_missing_file_or_heading_are_reported(tmp_path):
 
 
 README = ROOT / "README.md"
-# issue 43: the lessons in reading order, as the README's Learn list links them (06 in two parts)
-READING_ORDER = ["00", "06", "01", "02", "04", "05", "06", "03", "07", "08", "11", "09", "10"]
+# the lessons in reading order, as the README's Learn list links them: the file order
+READING_ORDER = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 
 def readme_sections(lines: int = 40) -> dict[str, str]:
@@ -160,6 +160,9 @@ def test_the_docs_site_nav_holds_the_readme_every_page_and_every_notebook():
     assert len(entries) == len(set(entries)), "a page is in the nav twice"
     pages = {"README.md"} | {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
     pages |= {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    pages |= {
+        f"notebooks/results/{p.name}" for p in (ROOT / "notebooks" / "results").glob("*.ipynb")
+    }
     assert set(entries) == pages
     assert re.search(r"^strict: true$", config, re.M), "mkdocs.yml must build strictly"
     assert "mkdocs build --strict" in (ROOT / "Makefile").read_text(encoding="utf-8")

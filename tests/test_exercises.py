@@ -55,35 +55,35 @@ CASES = {
             / (flat.reshape(-1, g).std(1, unbiased=False, keepdim=True) + 1e-4)
         ).reshape(-1),
     ),
-    "01_oracle_gain": ({"tau2": 0.04, "sigma2": 0.25, "group_size": 4, "measured": 0.61}, 0.39),
-    "01_shrink_side": (
+    "02_oracle_gain": ({"tau2": 0.04, "sigma2": 0.25, "group_size": 4, "measured": 0.61}, 0.39),
+    "02_shrink_side": (
         {"sigma2": 0.2, "tau2": 0.04, "group_size": 32, "measured": 0.1389, "star": 0.135},
         "less",
     ),
-    "01_s_star_by_hand": ({}, 0.5),
-    "01_shrinkage_weight": (
+    "02_s_star_by_hand": ({}, 0.5),
+    "02_shrinkage_weight": (
         {},
         lambda r: (r.var() / r.shape[1]) / (r.var() / r.shape[1] + r.mean(1).var()),  # ddof 1
     ),
-    "02_constant_share": (
+    "03_constant_share": (
         {"beta": (1.0, 3.0), "group_size": 4, "measured": 0.4607, "num": 50_000},
         0.3,
     ),
-    "02_equal_topics": (
+    "03_equal_topics": (
         {"measured": [-0.223, -0.2196, -0.2202, -0.2251, -0.2208], "se": [0.003] * 5},
         -0.5,
     ),
-    "02_all_fail_by_hand": ({}, 0.0),  # GRPO's
-    "02_baseline_lemma": (
+    "03_all_fail_by_hand": ({}, 0.0),  # GRPO's
+    "03_baseline_lemma": (
         {},
         lambda z, r, b: (
             (z.softmax(-1) * (r - b)) @ (torch.eye(len(z), dtype=z.dtype) - z.softmax(-1))
             - b * z.softmax(-1)
         ),
     ),
-    "03_smallest_std": ({"group_size": 4, "measured": 0.5}, 0.577),
-    "03_entropy_gap": ({"lr": 0.5, "mean": -0.3618, "low": -0.4034, "high": -0.3202}, 0.2),
-    "03_silent_bug": ({}, lambda flat, ids: exercises.buggy_group_advantage(flat, 4)),
+    "07_smallest_std": ({"group_size": 4, "measured": 0.5}, 0.577),
+    "07_entropy_gap": ({"lr": 0.5, "mean": -0.3618, "low": -0.4034, "high": -0.3202}, 0.2),
+    "07_silent_bug": ({}, lambda flat, ids: exercises.buggy_group_advantage(flat, 4)),
     "04_equal_means_gain": ({"closed_gap": 0.0, "measured_gap": 0.00025, "se": 0.0005}, 0.05),
     "04_between_by_hand": ({}, 0.2),
     "04_gap_at_b1": ({"gap": 0.0}, 0.05),
@@ -94,19 +94,24 @@ CASES = {
         {},
         lambda d, e, r, kl: 0.2 * r.clamp(0.5, 1.5) * (1 + 0.1 * e) / (1 + d + 0.5 * kl),
     ),
-    "06_rloo_one_right": ({"group_size": 4}, (0.75, -0.25)),
-    "06_clipped_side": ({"log_ratio": -0.5, "eps": 0.2}, "high"),
-    "06_adam_step_ratio": ({"measured": 1.0}, 3.0),
-    "06_clip_by_cases": ({}, lambda rho, a, eps: -(rho.clamp(1 - eps, 1 + eps) * a)),
-    "07_mdd_from_interval": ({"row": committed_row()}, committed_row()["mdd"] / 2),
-    "07_one_seed_spread": ({"row": committed_row()}, 0.3),  # the SE, not one seed's spread
-    "08_verdict": (
+    "01_rloo_one_right": ({"group_size": 4}, (0.75, -0.25)),
+    "01_clipped_side": ({"log_ratio": -0.5, "eps": 0.2}, "high"),
+    "01_adam_step_ratio": ({"measured": 1.0}, 3.0),
+    "01_clip_by_cases": ({}, lambda rho, a, eps: -(rho.clamp(1 - eps, 1 + eps) * a)),
+    "06_reward_se": ({"p": 0.277, "answers": 128}, 0.447),  # one answer's std, not the mean's
+    "06_clip_share": ({"measured": 0.0}, 0.2),  # ε itself, not the share it clips
+    "08_mdd_from_interval": ({"row": committed_row()}, committed_row()["mdd"] / 2),
+    "08_one_seed_spread": ({"row": committed_row()}, 0.3),  # the SE, not one seed's spread
+    "09_verdict": (
         {"claim": committed_claim("IQR as AGPO's dispersion is no worse than the std")},
         "inconclusive",
     ),
-    "08_temperature_gain": ({"lam": 0.6}, 1.0),
-    "11_holm_by_hand": ({"family": holm_family()}, {"a": 0.03, "b": 0.12, "c": 0.09}),  # Bonf.
-    "11_seeds_for_mdd": ({"seeds": 20, "mdd": 0.94, "effect": 0.5}, 38),
+    "09_temperature_gain": ({"lam": 0.6}, 1.0),
+    "synthesis_holm_by_hand": (
+        {"family": holm_family()},
+        {"a": 0.03, "b": 0.12, "c": 0.09},
+    ),  # Bonf.
+    "synthesis_seeds_for_mdd": ({"seeds": 20, "mdd": 0.94, "effect": 0.5}, 38),
 }
 
 
@@ -170,11 +175,11 @@ def test_an_unanswered_exercise_says_what_to_do_and_does_not_stop_the_notebook(
 def test_the_wrong_answers_get_the_hint_for_their_slip(student):
     hints = {
         "00_group_advantage": "population std",
-        "01_shrinkage_weight": "population variances",
-        "02_baseline_lemma": "moves with b",
-        "03_silent_bug": "buggy grouping",
+        "02_shrinkage_weight": "population variances",
+        "03_baseline_lemma": "moves with b",
+        "07_silent_bug": "buggy grouping",
         "05_adaptive_eps": "clamped to [ε_min, ε_max]",
-        "06_clip_by_cases": "only binds where it would gain",
+        "01_clip_by_cases": "only binds where it would gain",
     }
     for name, hint in hints.items():
         context, wrong = CASES[name]
@@ -188,7 +193,7 @@ def test_a_function_that_returns_nothing_or_the_wrong_shape_is_told_so(student):
     with pytest.raises(ExerciseFailed, match="shape"):
         check("00_group_advantage", lambda flat, g: flat.reshape(-1, g))
     with pytest.raises(ExerciseFailed, match="should be a number"):
-        check("01_s_star_by_hand", "five ninths")
+        check("02_s_star_by_hand", "five ninths")
 
 
 def test_the_clip_checker_needs_the_gradient_right_too(student):
@@ -196,7 +201,7 @@ def test_the_clip_checker_needs_the_gradient_right_too(student):
         return exercises.clipped_loss_reference(rho.detach(), a, eps)
 
     with pytest.raises(ExerciseFailed, match="gradient"):
-        check("06_clip_by_cases", detached)
+        check("01_clip_by_cases", detached)
 
 
 def test_the_answers_variable_accepts_only_unset_or_reference(monkeypatch):
@@ -205,9 +210,15 @@ def test_the_answers_variable_accepts_only_unset_or_reference(monkeypatch):
         exercises.reference_answers()
 
 
+# the lessons, and the results notebooks beside them (notebooks/results/)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "results").glob("*.ipynb")
+)
+
+
 def notebook_checks() -> dict[str, list[str]]:
     found = {}
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in NOTEBOOKS:
         for cell in nbformat.read(path, as_version=4).cells:
             if cell.cell_type == "code":
                 for name in CHECK_CALL.findall(cell.source):
@@ -215,24 +226,33 @@ def notebook_checks() -> dict[str, list[str]]:
     return found
 
 
+def notebook_of(name: str) -> Path:
+    """An exercise's notebook: a lesson's name starts with its number ("01_clip_by_cases"), a
+    results notebook's with its stem ("synthesis_holm_by_hand")."""
+    number = [p for p in NOTEBOOKS if p.parent.name == "notebooks" and p.name[:3] == name[:3]]
+    named = [p for p in NOTEBOOKS if name.startswith(f"{p.stem}_")]
+    assert len(number + named) == 1, (name, number + named)
+    return (number + named)[0]
+
+
 def test_every_registered_exercise_is_checked_once_in_its_own_notebook():
     found = notebook_checks()
     assert set(found) == set(EXERCISES), set(found) ^ set(EXERCISES)
     for name, stems in found.items():
-        assert len(stems) == 1 and stems[0][:2] == name[:2], (name, stems)
+        assert stems == [notebook_of(name).stem], (name, stems)
 
 
 def test_each_core_idea_has_a_write_it_yourself_exercise_and_there_is_a_silent_bug():
     kinds = {name: item.kind for name, item in EXERCISES.items()}
     for name in (
         "00_group_advantage",  # GRPO's group advantage
-        "02_baseline_lemma",  # the baseline lemma
-        "01_shrinkage_weight",  # EBPO's shrinkage weight
-        "06_clip_by_cases",  # PPO's clip by cases
+        "03_baseline_lemma",  # the baseline lemma
+        "02_shrinkage_weight",  # EBPO's shrinkage weight
+        "01_clip_by_cases",  # PPO's clip by cases
         "05_adaptive_eps",  # AGPO's adaptive ε
     ):
         assert kinds[name] == "implement", name
-    assert [n for n, k in kinds.items() if k == "bug"] == ["03_silent_bug"]
+    assert [n for n, k in kinds.items() if k == "bug"] == ["07_silent_bug"]
 
 
 def test_make_test_and_the_notebook_conftest_fill_in_the_reference_answers():
@@ -245,8 +265,7 @@ def test_make_test_and_the_notebook_conftest_fill_in_the_reference_answers():
 
 def folded_answer_code(name: str) -> str:
     """The python block of the folded answer after exercise ``name``'s check cell."""
-    path = next((ROOT / "notebooks").glob(f"{name[:2]}_*.ipynb"))
-    nb_cells = nbformat.read(path, as_version=4).cells
+    nb_cells = nbformat.read(notebook_of(name), as_version=4).cells
     i = next(i for i, c in enumerate(nb_cells) if f'exercises.check("{name}"' in c.source)
     answer = next(c.source for c in nb_cells[i + 1 :] if c.cell_type == "markdown")
     block = re.search(r"```python\n(.*?)```", answer, re.S)

@@ -183,7 +183,7 @@ BACKEND_SCRIPT = """
 import importlib, pkgutil, sys
 import matplotlib
 matplotlib.use("svg")  # what a notebook has: a backend of its own, not Agg
-import matplotlib.pyplot  # notebook 10 imports pyplot before rlkit.demo
+import matplotlib.pyplot  # notebook 11 imports pyplot before rlkit.demo
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
@@ -197,7 +197,7 @@ for name in sys.argv[1:]:
 
 def test_importing_rlkit_leaves_the_plotting_backend_alone():
     # the issue's bug: rlkit.demo imported rlkit.plotting, whose matplotlib.use("Agg") switched
-    # notebook 10's inline backend off, so its training-reward plot never showed
+    # notebook 11's inline backend off, so its training-reward plot never showed
     modules = [
         m.name
         for package in (rlkit, simulations)

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "results").glob("*.ipynb")
+)
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 # Spans that are not prose: fenced code, inline code, display and inline math, link targets,

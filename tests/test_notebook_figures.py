@@ -86,21 +86,26 @@ def test_a_quote_without_a_label_is_refused(tmp_path):
 
 
 def test_the_committed_readme_matches_the_committed_notebooks():
-    assert execute_full.COURSE == ROOT / "docs" / "course.md"
-    assert execute_full.quoted_figures(), "docs/course.md's notebooks table quotes no figure"
+    assert execute_full.PAGES == (ROOT / "docs" / "course.md", ROOT / "docs" / "results.md")
+    for page in execute_full.PAGES:
+        assert execute_full.quoted_figures(page), f"{page.name}'s notebooks table quotes no figure"
     assert execute_full.check_readme() == []
 
 
 def test_every_notebook_row_that_quotes_is_checked():
-    """A notebook name with digits after its number (10_smollm2_…) was once skipped unread."""
+    """A notebook name with digits after its number (10_smollm2_…) was once skipped unread; a
+    results notebook's row (`results/synthesis`) names its folder."""
     rows = [
         line
-        for line in (ROOT / "docs" / "course.md").read_text().splitlines()
+        for page in execute_full.PAGES
+        for line in page.read_text().splitlines()
         if line.startswith("| `")
     ]
-    quoting = {line.split("`")[1] for line in rows if line.count("`") > 2 and line[3:5].isdigit()}
-    assert "10_smollm2_word_problems" in quoting
+    quoting = {line.split("`")[1] for line in rows if line.count("`") > 2}
+    assert {"11_smollm2_word_problems", "results/synthesis"} <= quoting
     assert quoting <= set(execute_full.quoted_figures())
+    for name in quoting:  # every row names a committed notebook
+        assert (ROOT / "notebooks" / f"{name}.ipynb").is_file(), name
 
 
 SUMMARIES = sorted((ROOT / "results").glob("*/summary.json"))

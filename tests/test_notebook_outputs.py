@@ -14,7 +14,9 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "results").glob("*.ipynb")
+)
 IPYKERNEL_SPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 MACHINE_PATH = re.compile(r"/root\b|/home/|/work/|/tmp/|\.venv|site-packages")
 # writes that bypass simulations.scale.output_dir / simulations.plotting.figure_path

@@ -275,7 +275,7 @@ def test_plan_reads_the_architecture_from_the_gguf_metadata(tmp_path):
 
 
 def test_conversions_started_side_by_side_convert_once(tmp_path, monkeypatch):
-    """Runs started together on a fresh cache (notebook 10's pool): one converts, the others
+    """Runs started together on a fresh cache (notebook 11's pool): one converts, the others
     wait for its lock and then use its directory; none removes what another has finished."""
     import threading
 

@@ -677,7 +677,7 @@ def test_a_run_started_before_the_size_checks_still_resumes(tmp_path, tiny_model
 
 
 def test_a_pool_job_returns_the_last_evaluation_problem_by_problem(tmp_path):
-    """rlkit.pool.train_and_score (notebook 10's runs side by side), in a spawned worker: the
+    """rlkit.pool.train_and_score (notebook 11's runs side by side), in a spawned worker: the
     per-problem scores are the ones the last step's logged evaluation averages, each greedy score
     is its own text's reward, and ``train=False`` scores the starting policy as the run's step-0
     evaluation does. The shipped warm start solves some held-out problems and not others, so a

@@ -127,7 +127,7 @@ def resolve_checkpoint(name_or_path: str, cache_dir: str | Path | None = None) -
             stacklevel=2,
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    # one conversion at a time (runs started side by side on a fresh cache: notebook 10's pool);
+    # one conversion at a time (runs started side by side on a fresh cache: notebook 11's pool);
     # the others wait here and then find it done. flock: a killed holder leaves no lock behind.
     with open(target.parent / f".{target.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
