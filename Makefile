@@ -35,12 +35,13 @@ demo: venv
 # rlkit supports and the verl integration's tests, each in an environment of its own.
 # JOBS pytest-xdist workers share the tests, a test file or notebook whole to one worker
 # (--dist loadscope: a notebook's cells share one kernel); JOBS=0 runs them in this process. Each
-# worker runs torch on OMP_NUM_THREADS threads: keep JOBS × threads at most the cores (.ci/run:
-# 2 workers at one thread, then 1 at two).
+# worker runs torch on OMP_NUM_THREADS threads (one where it is unset, else each worker would take
+# every core): keep JOBS × threads at most the cores (.ci/run: 2 workers at one thread, then 1 at
+# two).
 TESTS ?=
 JOBS ?= 2
 test: venv
-	RLKIT_NB_SCALE=ci RLKIT_EXERCISE_ANSWERS=reference $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider --durations=30 -n $(JOBS) --dist loadscope $(TESTS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} RLKIT_NB_SCALE=ci RLKIT_EXERCISE_ANSWERS=reference $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider --durations=30 -n $(JOBS) --dist loadscope $(TESTS)
 	$(if $(TESTS),,$(MAKE) test-engines-oldest test-verl)
 
 # JupyterLab refuses to start as root unless told --allow-root (a container's or CI's root shell).

@@ -194,14 +194,14 @@ def _verdicts(args) -> None:
     from rlkit.verdicts import stale_line, write
 
     if args.check:
-        stale = stale_line(args.readme, args.results)
+        stale = stale_line(args.page, args.results)
         if stale:
             raise SystemExit(f"rlkit verdicts: stale: {stale}")
-        print(f"{args.readme}: the verdict table matches {args.results}/*/summary.json")
-    elif write(args.readme, args.results):
-        print(f"{args.readme}: verdict table regenerated from {args.results}/*/summary.json")
+        print(f"{args.page}: the verdict table matches {args.results}/*/summary.json")
+    elif write(args.page, args.results):
+        print(f"{args.page}: verdict table regenerated from {args.results}/*/summary.json")
     else:
-        print(f"{args.readme}: verdict table already up to date")
+        print(f"{args.page}: verdict table already up to date")
 
 
 def _reproduce(args) -> None:
@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument(
         "--page",
         "--readme",
-        dest="readme",
+        dest="page",
         default="docs/results.md",
         help="file with the table's markers (--readme: its former name)",
     )

@@ -39,10 +39,10 @@ from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import _seeded, generate_in_batches, model_device, padding_id
+from rlkit.rollout import generate_in_batches, model_device, padding_id
 from rlkit.rollout_batch import RolloutBatch, concat_rollouts
 from rlkit.sampling import PromptSampler
-from rlkit.seeding import keyed_seed
+from rlkit.seeding import keyed_seed, seeded
 from rlkit.tasks.base import Problem
 
 
@@ -229,7 +229,7 @@ class Collector:
                     f"the step's batch; problem {problem.id!r} was not drawn by Collector.draw"
                 )
             seed = keyed_seed(self.seed, self.batch, purpose, index)
-            with _seeded(seed, device):
+            with seeded(seed, device):
                 parts.append(self.generate([problem.prompt] * g, temps[j * g : (j + 1) * g]))
         return concat_rollouts(parts, padding_id(self.policy.model, self.policy.tokenizer))
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from rlkit.answers import extract_answer
-from rlkit.rollout import _seeded, generate_rollouts
+from rlkit.rollout import generate_rollouts
+from rlkit.seeding import seeded
 from rlkit.tasks.base import Problem
 
 EVAL_SEED = 1234
@@ -58,7 +59,7 @@ def generate_and_score(
                 engine=engine,
             )
         else:
-            with _seeded(seed + start, torch.device("cpu")):
+            with seeded(seed + start, torch.device("cpu")):
                 rollouts = engine.generate(prompts, temperatures, max_new_tokens)
         scored = scorer.score(
             rollouts.completion_texts, [p.answer for p in chunk for _ in range(k)]

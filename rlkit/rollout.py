@@ -22,9 +22,6 @@ top-k 0, top-p 1, ...) and passes its own chain [row temperature, top-k, top-p],
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 from transformers import (
     LogitsProcessor,
@@ -35,6 +32,7 @@ from transformers import (
 )
 
 from rlkit.rollout_batch import RolloutBatch, concat_rollouts
+from rlkit.seeding import seeded
 from rlkit.static_decode import static_generate
 
 # Generation options that leave the model's distribution untouched. They override whatever the
@@ -146,18 +144,6 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-@contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Run under `torch.manual_seed(seed)` without disturbing the global RNG (None: no-op)."""
-    if seed is None:
-        yield
-        return
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 def _eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """EOS ids from the tokenizer and the model's generation config (e.g. Llama-3's <|eot_id|>)."""
     ids = {tokenizer.eos_token_id}
@@ -246,7 +232,7 @@ def generate_rollouts(
     model.eval()
     sampler_logp = None
     try:
-        with _seeded(generator_seed, device):
+        with seeded(generator_seed, device):
             if engine == "hf_static":
                 generated, sampler_logp = static_generate(
                     model,

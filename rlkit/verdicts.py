@@ -7,8 +7,8 @@ issue 42's re-reading (:mod:`rlkit.reanalysis`): the claim's registration flag
 (``results/deviations.yaml``), the equivalence reading within its margin and the margin's share
 of the control arm's gain, the Holm p over the whole project, the uniform manipulation rule and
 the verdict under those rules. The table is written between two markers in a Markdown page
-(``--page``, docs/results.md by default; it was the README's until issue 43 moved it; the
-functions below still call that page ``readme``), ``<!-- verdicts:begin -->`` and
+(``--page``, docs/results.md by default; ``--readme`` still names it, from when it was the
+README), ``<!-- verdicts:begin -->`` and
 ``<!-- verdicts:end -->``, and nothing else there is touched. With ``--check`` nothing is written:
 it fails, naming the page's first line that differs from a fresh render, so a verdict edited by
 hand or a summary regenerated without the page is caught (``make notebooks-full`` runs this check,
@@ -155,13 +155,13 @@ def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
     )
 
 
-def _read_readme(readme: Path) -> str:
+def _read_page(page: Path) -> str:
     """The page's text; a ValueError names ``--page`` when it is not a file to read."""
-    check_exists("--page", readme, folder=False)
-    return readme.read_text()
+    check_exists("--page", page, folder=False)
+    return page.read_text()
 
 
-def _block(lines: list[str], readme: Path) -> tuple[int, int]:
+def _block(lines: list[str], page: Path) -> tuple[int, int]:
     """Indices of the begin and end marker lines in the README's ``lines``; a ValueError naming
     the README when a marker is missing, repeated or out of order."""
     found = {}
@@ -169,44 +169,44 @@ def _block(lines: list[str], readme: Path) -> tuple[int, int]:
         at = [i for i, line in enumerate(lines) if line.strip() == marker]
         if len(at) != 1:
             raise ValueError(
-                f"{readme} must hold the line {marker!r} exactly once, found {len(at)}: the "
+                f"{page} must hold the line {marker!r} exactly once, found {len(at)}: the "
                 "generated verdict table goes between the begin and end markers"
             )
         found[marker] = at[0]
     if found[BEGIN] > found[END]:
-        raise ValueError(f"{readme}: {END!r} comes before {BEGIN!r}")
+        raise ValueError(f"{page}: {END!r} comes before {BEGIN!r}")
     return found[BEGIN], found[END]
 
 
-def stale_line(readme: str | Path, results: str | Path) -> str | None:
+def stale_line(page: str | Path, results: str | Path) -> str | None:
     """None when the README's block is a fresh render of ``results``; else which line differs
     first: its number in the README, what it reads and what the render gives."""
-    readme = Path(readme)
-    lines = _read_readme(readme).splitlines()
-    begin, end = _block(lines, readme)
+    page = Path(page)
+    lines = _read_page(page).splitlines()
+    begin, end = _block(lines, page)
     have, want = lines[begin + 1 : end], render(results)
     for i in range(max(len(have), len(want))):
         got = have[i] if i < len(have) else END
         fresh = want[i] if i < len(want) else END
         if got != fresh:
             return (
-                f"{readme} line {begin + 2 + i} reads {got!r}, a fresh render of "
+                f"{page} line {begin + 2 + i} reads {got!r}, a fresh render of "
                 f"{results}/*/summary.json gives {fresh!r} (run rlkit verdicts to regenerate "
                 "the table)"
             )
     return None
 
 
-def write(readme: str | Path, results: str | Path) -> bool:
+def write(page: str | Path, results: str | Path) -> bool:
     """Replace the README's block by a fresh render; True when that changed the file."""
-    readme = Path(readme)
-    text = _read_readme(readme)
+    page = Path(page)
+    text = _read_page(page)
     lines = text.splitlines(keepends=True)
-    begin, end = _block(lines, readme)
+    begin, end = _block(lines, page)
     new = "".join(lines[: begin + 1] + [line + "\n" for line in render(results)] + lines[end:])
     if new == text:
         return False
-    write_atomically(readme, lambda tmp: tmp.write_text(new))
+    write_atomically(page, lambda tmp: tmp.write_text(new))
     return True
 
 
