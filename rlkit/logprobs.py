@@ -68,6 +68,16 @@ def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
+def _take_rows(prompts: torch.Tensor, row_prompt: torch.Tensor) -> torch.Tensor:
+    """``prompts[row_prompt]`` (row i: its prompt's tensor) by ``index_select``, whose backward
+    sums each prompt's rows in row order (``index_add_``) at any thread count. Advanced
+    indexing's backward, ``index_put_(accumulate=True)``, adds them with atomic float adds in a
+    parallel loop on CPU once a tensor has 32768 elements (more than one thread; float32), so
+    rows of one prompt on different threads summed in a run-to-run varying order; on one thread
+    both sum in row order, bit for bit alike."""
+    return prompts.index_select(0, row_prompt)
+
+
 def _completion_states(
     lm: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -110,7 +120,7 @@ def _completion_states(
                     use_cache=False,
                     **{keyword: recorded.for_rows(row_prompt, decoder, prompt_length)},
                 ).last_hidden_state
-            return torch.cat([prefix[row_prompt, -1:], completion], dim=1)
+            return torch.cat([_take_rows(prefix[:, -1:], row_prompt), completion], dim=1)
     hidden = decoder(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
     ).last_hidden_state
@@ -167,9 +177,10 @@ class _PromptCache(Cache):
     def for_rows(
         self, row_prompt: torch.Tensor, decoder: torch.nn.Module, prompt_length: int
     ) -> _PromptCache:
-        """Row i reads prompt ``row_prompt[i]``'s keys and values (an indexing op: the rows'
-        gradients reach the prompt summed). A decoder that did not pass every layer's keys and
-        values through the cache cannot share its prompts: RuntimeError."""
+        """Row i reads prompt ``row_prompt[i]``'s keys and values (an index_select: the rows'
+        gradients reach the prompt summed in row order, `_take_rows`). A decoder that did not
+        pass every layer's keys and values through the cache cannot share its prompts:
+        RuntimeError."""
         layers = decoder.config.get_text_config().num_hidden_layers
         lengths = [layer.get_seq_length() for layer in self.layers]
         if lengths != [prompt_length] * layers:
@@ -179,7 +190,10 @@ class _PromptCache(Cache):
                 f"through its cache (lengths {sorted(set(lengths))}, prompt {prompt_length})"
             )
         return _PromptCache(
-            [_ReadOnlyPrompt(la.keys[row_prompt], la.values[row_prompt]) for la in self.layers]
+            [
+                _ReadOnlyPrompt(_take_rows(la.keys, row_prompt), _take_rows(la.values, row_prompt))
+                for la in self.layers
+            ]
         )
 
 
