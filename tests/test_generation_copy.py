@@ -166,7 +166,7 @@ def test_a_run_with_the_copy_records_sampler_logprobs_and_corrects_them(
         tmp_path, tiny_4bit_model_dir, "model.mode=qlora", COPY, f"rollout.engine={engine}"
     )
     trainer = Trainer(cfg)
-    assert trainer.update.tis_cap == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
+    assert trainer.update.loss.inner.cap == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
     assert trainer.collector.generation_copy is not None
     over_4bit = []
 

@@ -74,7 +74,7 @@ def test_a_training_run_on_the_static_engine_corrects_and_logs_the_mismatch(
     from tests.test_trainer import make_config
 
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "rollout.engine=hf_static"))
-    assert trainer.update.tis_cap == 3.0  # loss.tis_cap=auto: the sampler is not generate
+    assert trainer.update.loss.inner.cap == 3.0  # loss.tis_cap=auto: the sampler is not generate
     assert trainer.eval_engine == "hf_static"
     evals = trainer.train()
     reference = Trainer(make_config(tmp_path / "hf", tiny_model_dir)).evaluate()

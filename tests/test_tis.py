@@ -12,7 +12,13 @@ from rlkit.logprobs import sequence_logprobs
 from rlkit.metrics import read_metrics
 from rlkit.rollout import concat_rollouts, generate_rollouts
 from rlkit.static_decode import static_generate
-from rlkit.tis import DEFAULT_TIS_CAP, importance_weights, mismatch_metrics, resolve_tis_cap
+from rlkit.tis import (
+    DEFAULT_TIS_CAP,
+    TruncatedIS,
+    importance_weights,
+    mismatch_metrics,
+    resolve_tis_cap,
+)
 from rlkit.trainer import Trainer
 from tests.test_trainer import make_config
 
@@ -111,7 +117,10 @@ def test_default_hf_path_records_nothing_and_logs_no_tis(tmp_path, tiny_model_di
     cfg = make_config(tmp_path, tiny_model_dir)
     assert cfg.loss.tis_cap == "auto"
     trainer = Trainer(cfg)
-    assert trainer.update.tis_cap is None and not trainer.collector.record_logprobs
+    assert (
+        not isinstance(trainer.update.loss.inner, TruncatedIS)
+        and not trainer.collector.record_logprobs
+    )
     trainer.train()
     assert not any(k.startswith("sampling/") for r in read_metrics(tmp_path) for k in r)
 
