@@ -65,6 +65,12 @@ class StepMeans:
     def add(self, key: str, value: float) -> None:
         self.sums[key] += value
 
+    def add_shares(self, parts: Sequence[dict]) -> None:
+        """Add each micro-batch's statistics (already its share of the step), in order."""
+        for stats in parts:
+            for key, value in stats.items():
+                self.add(key, float(value))
+
     def reduce(self, dist: Collective, keys: Sequence[str]) -> None:
         """Sum ``keys`` over the ranks: each rank added its rows' token-weighted shares."""
         for key in keys:
@@ -185,21 +191,8 @@ class PolicyUpdate:
                     loss_total, parts = 0.0, []
                     for mstart in range(0, len(mb), micro):
                         rows = units[mb[mstart : mstart + micro]].T.flatten()
-                        sub = batch.select(rows)
-                        logp, entropy, values = self.forward.train(
-                            sub.rollouts,
-                            sub.ratio_temps,
-                            fill_old and self.plan.entropy,
-                            self.plan.values,
-                        )
-                        if fill_old:  # on-policy: this forward is π_old's
-                            old.logp[rows.to(old.logp.device)] = logp.detach()
-                            if entropy is not None:
-                                old.entropy[rows.to(old.logp.device)] = entropy
-                        if (
-                            eps is None
-                        ):  # on-policy, entropy-dependent ε: this forward had every row
-                            eps = self.radii(batch, clip, old)
+                        sub, logp, values = self.train_forward(batch, rows, old, fill_old)
+                        eps = eps or self.radii(batch, clip, old)  # on-policy: ε from this pass
                         ctx = LossContext(
                             old.logp[rows], eps[0][rows], eps[1][rows], values, totals, self.cfg
                         )
@@ -213,9 +206,7 @@ class PolicyUpdate:
                     # repeat it
                     probe = None if last and self.plan.step_kl else units[mb[:1], 0]
                     if self.optimizer_step(step, loss_total, batch, probe, means):
-                        for stats in parts:  # the statistics' shares, once the step is taken
-                            for key, value in stats.items():
-                                means.add(key, float(value))
+                        means.add_shares(parts)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         means.reduce(self.dist, [k for k in means.sums if k not in ("loss", "grad_norm")])
@@ -233,6 +224,22 @@ class PolicyUpdate:
         if not opt.micro_batch_size:
             return mini, mini
         return mini, min(max(opt.micro_batch_size // rows_per_unit, 1), mini)
+
+    def train_forward(
+        self, batch: TrainBatch, rows: torch.Tensor, old: PolicyPass, fill_old: bool
+    ) -> tuple[TrainBatch, torch.Tensor, torch.Tensor | None]:
+        """The micro-batch of ``rows``, its log-probs and values from the training forward; with
+        ``fill_old`` (on-policy) the pass is also π_old's, detached into ``old`` (with the
+        entropy where the plan logs it), so it holds every row's once each row has run."""
+        sub = batch.select(rows)
+        logp, entropy, values = self.forward.train(
+            sub.rollouts, sub.ratio_temps, fill_old and self.plan.entropy, self.plan.values
+        )
+        if fill_old:
+            old.logp[rows.to(old.logp.device)] = logp.detach()
+            if entropy is not None:
+                old.entropy[rows.to(old.logp.device)] = entropy
+        return sub, logp, values
 
     def old_pass(self, batch: TrainBatch) -> tuple[PolicyPass, bool]:
         """π_old's pass, and whether the training forward fills it in as it runs: on-policy
