@@ -193,3 +193,12 @@ class TruncatedIS(Wrapper):
         if self.tripwire is not None:
             check_divergence(old.logp, sampler_logp, mask, self.tripwire, dist, step + 1)
         return stats
+
+
+def applied_cap(loss: Loss) -> float | None:
+    """The cap C of the truncated IS among ``loss``'s wrappers (None: it has none)."""
+    while not isinstance(loss, TruncatedIS):
+        loss = getattr(loss, "inner", None)
+        if loss is None:
+            return None
+    return loss.cap
