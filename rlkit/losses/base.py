@@ -77,7 +77,6 @@ class Loss:
     KL-Cov, §4b); ``pairs``: its units are (chosen, rejected) row pairs (DPO, §4d), so
     ``loss.loss_mode`` cannot name it."""
 
-    name = ""
     metrics: tuple[str, ...] = ()
     late_metrics: tuple[str, ...] = ()
     keeps_order = False
@@ -92,10 +91,10 @@ class Loss:
 
 
 class Registered(Loss):
-    """A registered function under its name and declared metrics."""
+    """A registered function with its declared metrics."""
 
-    def __init__(self, fn: Callable, name: str, metrics, keeps_order: bool, pairs: bool):
-        self.fn, self.name, self.metrics = fn, name, tuple(metrics)
+    def __init__(self, fn: Callable, metrics, keeps_order: bool, pairs: bool):
+        self.fn, self.metrics = fn, tuple(metrics)
         self.keeps_order, self.pairs = keeps_order, pairs
         self.__doc__ = fn.__doc__
 
@@ -118,7 +117,7 @@ def register_loss(
     def add(fn: Callable) -> Callable:
         if name in LOSSES:
             raise ValueError(f"a loss named {name!r} is already registered ({LOSSES[name].fn})")
-        LOSSES[name] = Registered(fn, name, metrics, keeps_order, pairs)
+        LOSSES[name] = Registered(fn, metrics, keeps_order, pairs)
         return fn
 
     return add
@@ -140,7 +139,7 @@ class Wrapper(Loss):
     """A loss around ``inner``, with its metrics and order rule; :meth:`summary` passes on."""
 
     def __init__(self, inner: Loss):
-        self.inner, self.name = inner, inner.name
+        self.inner = inner
         self.metrics, self.late_metrics = inner.metrics, inner.late_metrics
         self.keeps_order, self.pairs = inner.keeps_order, inner.pairs
 
