@@ -1,28 +1,16 @@
 """The clip rules: each prompt's clip radii (ε_low, ε_high) for the clipped loss
-(docs/algorithms.md §4). :class:`ClipRule` is what the update calls, once every row's pre-update
-entropy is known when the rule reads it; a method chooses the rule (``Method.clip_rule``):
+(docs/algorithms.md §4), each a :class:`rlkit.losses.ClipRule` that the update calls once every
+row's pre-update entropy is known when the rule reads it; a method chooses the rule
+(``Method.clip_rule``):
 :class:`FixedClip`, the loss's ε for every prompt, or AGPO's :class:`AdaptiveClipRule`
 (§3 step 4)."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 
 from rlkit.controllers import AdaptiveClip, ProbeStats
 from rlkit.dist import Collective
-
-
-class ClipRule(Protocol):
-    """Per-prompt clip radii (ε_low, ε_high), each [P]. ``needs_entropy``: the rule reads each
-    prompt's mean pre-update token entropy (else it is called with None)."""
-
-    needs_entropy: bool
-
-    def __call__(
-        self, prompt_entropy: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class FixedClip:

@@ -24,7 +24,7 @@ import yaml
 
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import EMA_UPDATES, AdaptiveClip, AdaptiveTemperature
-from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSS_MODES
+from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, loss_modes
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
 from rlkit.paths import check_dir, check_link
@@ -342,7 +342,7 @@ class LossConfig:
     tis_tripwire: float | str = "auto"
 
     def __post_init__(self):
-        _choice("loss.loss_mode", self.loss_mode, LOSS_MODES)
+        _choice("loss.loss_mode", self.loss_mode, loss_modes())
         for key in ("clip_cov_ratio", "kl_cov_ratio"):
             value = getattr(self, key)
             if not 0 < value <= 1:

@@ -1,5 +1,5 @@
 """DPO on the policy's own rollouts (docs/algorithms.md §4d): preference pairs from each prompt's
-group and the sigmoid preference loss against the reference policy.
+group (the sigmoid preference loss against the reference policy is ``rlkit.losses.dpo``).
 
 Rows are laid out prompt-major (B = P·G) as everywhere in rlkit; a pair is two row indices of the
 same prompt's group, the chosen one with the strictly higher reward.
@@ -10,17 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-
-# TRL's DPOTrainer names (the step's means over its pairs)
-DPO_METRICS = [
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/accuracies",
-    "rewards/margins",
-    "logps/chosen",
-    "logps/rejected",
-]
 
 
 @dataclass(frozen=True)
@@ -34,6 +23,11 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.chosen)
+
+    @property
+    def units(self) -> torch.Tensor:
+        """[K, 2]: each pair's (chosen, rejected) rows, the units the update draws."""
+        return torch.stack([self.chosen, self.rejected], 1)
 
 
 def build_pairs(rewards: torch.Tensor) -> Pairs:
@@ -64,39 +58,3 @@ def pair_roles(rewards: torch.Tensor) -> torch.Tensor:
     roles[pairs.chosen] = 1.0
     roles[pairs.rejected] = -1.0
     return roles.view(rewards.shape)
-
-
-def dpo_loss(
-    chosen_logp: torch.Tensor,
-    rejected_logp: torch.Tensor,
-    ref_chosen_logp: torch.Tensor,
-    ref_rejected_logp: torch.Tensor,
-    beta: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per pair −log σ(β[(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))])
-    (§4d, eq. 4d.1; Rafailov et al. 2023, TRL's ``sigmoid`` loss) on sequence log-probs [K], and
-    the implicit rewards β(log π_θ − log π_ref) of the chosen and rejected completions
-    (detached, TRL's ``rewards/chosen`` and ``rewards/rejected``)."""
-    chosen = beta * (chosen_logp - ref_chosen_logp)
-    rejected = beta * (rejected_logp - ref_rejected_logp)
-    return -F.logsigmoid(chosen - rejected), chosen.detach(), rejected.detach()
-
-
-def pair_statistics(
-    chosen_logp: torch.Tensor,
-    rejected_logp: torch.Tensor,
-    chosen_rewards: torch.Tensor,
-    rejected_rewards: torch.Tensor,
-) -> torch.Tensor:
-    """Per pair, the values averaged into :data:`DPO_METRICS`, [K, 6] (detached)."""
-    return torch.stack(
-        [
-            chosen_rewards,
-            rejected_rewards,
-            (chosen_rewards > rejected_rewards).to(chosen_rewards.dtype),
-            chosen_rewards - rejected_rewards,
-            chosen_logp.detach(),
-            rejected_logp.detach(),
-        ],
-        dim=1,
-    )

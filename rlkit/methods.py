@@ -18,30 +18,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
-from rlkit.batch import Groups, PolicyPass, TrainBatch
-from rlkit.clip_rules import AdaptiveClipRule, ClipRule, FixedClip
-from rlkit.config import DPOConfig, PPOConfig, TrainConfig
+from rlkit.batch import Groups, PolicyPass, TrainBatch, UpdateResult
+from rlkit.clip_rules import AdaptiveClipRule, FixedClip
+from rlkit.config import DPOConfig, PPOConfig, TrainConfig, run_tis_cap, run_tis_tripwire
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
 from rlkit.dpo import build_pairs
-from rlkit.losses import kl_divergence
+from rlkit.losses import (
+    ClipRule,
+    KLPenalty,
+    Loss,
+    MiniBatchShare,
+    WithTerm,
+    get_loss,
+    kl_divergence,
+)
 from rlkit.ppo import (
     AdaptiveKLController,
     FixedKLController,
+    ValueLoss,
     gae,
     reward_kl_metrics,
     token_rewards,
     whiten,
 )
 from rlkit.tasks.base import Problem
+from rlkit.tis import TruncatedIS
 
-if TYPE_CHECKING:  # annotations only: rlkit.update loads transformers; the bandits do not
-    from rlkit.update import PolicyUpdate
+# the update (rlkit.update.PolicyUpdate): (batch, clip rule, step, units=None) -> UpdateResult
+Update = Callable[..., UpdateResult]
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
 
@@ -133,9 +143,21 @@ class Method:
         broadcast over its tokens (PPO: per-token advantages and the value targets)."""
         return batch
 
-    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
-        """The step's update (docs/algorithms.md §4): the clipped surrogate under the clip rule
-        (DPO: its preference loss over the groups' pairs, §4d). Returns the UpdateResult."""
+    def loss(self, cfg: TrainConfig, reference: bool) -> Loss:
+        """The update's loss (docs/algorithms.md §4): ``loss.loss_mode``'s entry, under truncated
+        importance sampling where the sampler is not the training forward (``rlkit.tis``), plus
+        the KL term where the reference pass runs (``reference``), as each micro-batch's share
+        of its mini-batch's loss."""
+        loss = get_loss(cfg.loss.loss_mode)
+        if (cap := run_tis_cap(cfg)) is not None:
+            loss = TruncatedIS(loss, cap, cfg.loss.tis_mode, run_tis_tripwire(cfg))
+        if reference:
+            loss = KLPenalty(loss, cfg.loss.kl_coef, cfg.loss.kl_estimator)
+        return MiniBatchShare(loss, cfg.loss.loss_agg, cfg.rollout.max_new_tokens)
+
+    def train(self, update: Update, batch: TrainBatch, groups: Groups, step: int):
+        """The step's update (docs/algorithms.md §4) under the clip rule, over the batch's rows
+        (DPO: over the groups' pairs, §4d). Returns the UpdateResult."""
         return update(batch, self.clip_rule(groups), step)
 
     def generated_tokens(self, lengths: torch.Tensor) -> int:
@@ -365,6 +387,11 @@ class PPO(Method):
             batch, advantages=advantages.to(old.logp.dtype), returns=returns.to(old.logp.dtype)
         )
 
+    def loss(self, cfg: TrainConfig, reference: bool) -> Loss:
+        """The policy loss plus the value head's clipped value loss (§4c, eq. 4c.4)."""
+        value = ValueLoss(self.ppo.vf_coef, self.ppo.cliprange_value)
+        return WithTerm(super().loss(cfg, reference), value)
+
     def metrics(self, groups: Groups, old: PolicyPass) -> dict:
         return self.last_metrics
 
@@ -428,9 +455,13 @@ class DPO(Method):
         self.position += 1
         return groups.to(self.device)
 
-    def train(self, update: PolicyUpdate, batch: TrainBatch, groups: Groups, step: int):
+    def loss(self, cfg: TrainConfig, reference: bool) -> Loss:
+        """The pairwise loss of §4d (eq. 4d.1); no KL term (π_ref is inside it)."""
+        return get_loss("dpo")
+
+    def train(self, update: Update, batch: TrainBatch, groups: Groups, step: int):
         self.pairs = build_pairs(groups.rewards)
-        return update.preference(batch, self.pairs, self.dpo.beta, step)
+        return update(batch, self.clip_rule(groups), step, self.pairs.units)
 
     def generated_tokens(self, lengths: torch.Tensor) -> int:
         """Online: the step's rows. Offline: every collected batch's at the first step, then 0."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from rlkit.dist import Collective, Local
+from rlkit.losses import Loss, LossContext, LossOutput
 
 
 def token_rewards(
@@ -113,6 +114,28 @@ def clipped_value_loss(
     unclipped_loss = (values - returns) ** 2
     clipped_loss = (clipped - returns) ** 2
     return 0.5 * torch.maximum(unclipped_loss, clipped_loss), clipped_loss > unclipped_loss
+
+
+class ValueLoss(Loss):
+    """PPO's value-head term (§4c): ``vf_coef`` times the micro-batch's share of the mini-batch's
+    clipped value loss (eq. 4c.4), a token mean over every rank's tokens of the mini-batch, with
+    its shares of ``critic/vf_loss`` and ``critic/vf_clipfrac`` (verl's names)."""
+
+    metrics = ("critic/vf_loss", "critic/vf_clipfrac")
+
+    def __init__(self, vf_coef: float, cliprange: float):
+        self.vf_coef, self.cliprange = vf_coef, cliprange
+
+    def __call__(self, logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
+        m = sub.rollouts.completion_mask
+        loss_tok, clipped = clipped_value_loss(
+            ctx.values, sub.old.values, sub.returns, self.cliprange
+        )
+        total = ctx.mini.tokens.to(loss_tok.dtype)
+        loss = (loss_tok * m).sum() / total
+        frac = (clipped & m).sum().to(loss_tok.dtype) / total
+        stats = {"critic/vf_loss": loss.detach(), "critic/vf_clipfrac": frac}
+        return LossOutput(self.vf_coef * loss, stats)
 
 
 class FixedKLController:

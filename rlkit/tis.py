@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from rlkit.losses import Loss, LossContext, LossOutput, Wrapper
+
 DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_clip_max
 # loss.tis_tripwire=auto: a mean gap of half a nat a token means the sampler draws from another
 # policy; a correct sampler's is orders of magnitude below (bf16 LoRA and the static loop: about
@@ -160,3 +162,43 @@ def check_divergence(
             "last good policy. Check rollout.engine and its options, or set "
             "loss.tis_tripwire=off to train on"
         )
+
+
+class TruncatedIS(Wrapper):
+    """A per-token loss times the detached weights of :func:`importance_weights` (cap C,
+    ``loss.tis_mode``) of π_old over the sampler, from the rows' recorded sampler log-probs; its
+    :meth:`summary` logs :func:`mismatch_metrics` and runs :func:`check_divergence` with the
+    ``tripwire`` (None: off)."""
+
+    def __init__(self, inner: Loss, cap: float, mode: str, tripwire: float | None):
+        super().__init__(inner)
+        self.cap, self.mode, self.tripwire = cap, mode, tripwire
+
+    def __call__(self, logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
+        sampler_logp = sub.rollouts.sampler_logp
+        if sampler_logp is None:
+            raise ValueError(
+                f"loss.tis_cap={ctx.cfg.loss.tis_cap} is on, but the rollouts carry no sampler "
+                f"log-probs (rollout.engine={ctx.cfg.rollout.engine})"
+            )
+        out = self.inner(logp, sub, ctx)
+        mask = sub.rollouts.completion_mask
+        weights = importance_weights(ctx.old_logp, sampler_logp, mask, self.cap, self.mode)
+        return LossOutput(out.loss * weights, out.stats)
+
+    def summary(self, batch, old, dist, step: int) -> dict[str, float]:
+        sampler_logp, mask = batch.rollouts.sampler_logp, batch.rollouts.completion_mask
+        stats = self.inner.summary(batch, old, dist, step)
+        stats |= mismatch_metrics(old.logp, sampler_logp, mask, self.cap)
+        if self.tripwire is not None:
+            check_divergence(old.logp, sampler_logp, mask, self.tripwire, dist, step + 1)
+        return stats
+
+
+def applied_cap(loss: Loss) -> float | None:
+    """The cap C of the truncated IS among ``loss``'s wrappers (None: it has none)."""
+    while not isinstance(loss, TruncatedIS):
+        loss = getattr(loss, "inner", None)
+        if loss is None:
+            return None
+    return loss.cap

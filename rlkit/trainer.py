@@ -195,8 +195,9 @@ class Trainer:
         self.forward = PolicyForward(
             self.policy, cfg, self.phases, self.parallel, share_prompts=self.passes.share_prompts
         )
+        loss = self.method.loss(cfg, self.passes.reference)  # §4: the method's, with its terms
         self.update = PolicyUpdate(
-            self.policy, self.forward, self.passes, cfg, self.phases, self.dist
+            self.policy, self.forward, self.passes, cfg, self.phases, self.dist, loss
         )
         self.rollouts = RolloutQueue(
             cfg.rollout.lag,

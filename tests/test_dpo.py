@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from rlkit.dpo import DPO_METRICS, build_pairs, dpo_loss, pair_roles
+from rlkit.dpo import build_pairs, pair_roles
+from rlkit.losses.dpo import DPO_METRICS, dpo_loss
 
 F64 = torch.float64
 TINY = "model.name_or_path=builtin:tiny"  # the warm-started policy: groups with mixed rewards

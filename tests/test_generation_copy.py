@@ -19,7 +19,7 @@ from rlkit.metrics import read_metrics
 from rlkit.models.loading import load_policy
 from rlkit.plan import GIB, build_plan, check_fits, resolve_batch_sizes
 from rlkit.rollout import generate_rollouts
-from rlkit.tis import DEFAULT_TIS_CAP, resolve_tis_cap
+from rlkit.tis import DEFAULT_TIS_CAP, applied_cap, resolve_tis_cap
 from rlkit.trainer import Trainer
 from tests.test_qlora import PROMPTS, nll, qlora_spec
 from tests.test_tis import TIS_KEYS
@@ -166,7 +166,7 @@ def test_a_run_with_the_copy_records_sampler_logprobs_and_corrects_them(
         tmp_path, tiny_4bit_model_dir, "model.mode=qlora", COPY, f"rollout.engine={engine}"
     )
     trainer = Trainer(cfg)
-    assert trainer.update.tis_cap == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
+    assert applied_cap(trainer.update.loss) == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
     assert trainer.collector.generation_copy is not None
     over_4bit = []
 

@@ -10,6 +10,7 @@ from rlkit.config import load_config
 from rlkit.logprobs import sequence_logprobs
 from rlkit.rollout import generate_rollouts
 from rlkit.static_decode import CudaGraphStep, StaticDecoder
+from rlkit.tis import applied_cap
 
 PROMPTS = ["1+2=", "13*2+7=", "(4-1)*12=", "9="]  # different lengths: left padding
 
@@ -74,7 +75,7 @@ def test_a_training_run_on_the_static_engine_corrects_and_logs_the_mismatch(
     from tests.test_trainer import make_config
 
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "rollout.engine=hf_static"))
-    assert trainer.update.tis_cap == 3.0  # loss.tis_cap=auto: the sampler is not generate
+    assert applied_cap(trainer.update.loss) == 3.0  # loss.tis_cap=auto: the sampler is not generate
     assert trainer.eval_engine == "hf_static"
     evals = trainer.train()
     reference = Trainer(make_config(tmp_path / "hf", tiny_model_dir)).evaluate()

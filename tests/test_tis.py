@@ -13,7 +13,13 @@ from rlkit.metrics import read_metrics
 from rlkit.rollout import generate_rollouts
 from rlkit.rollout_batch import concat_rollouts
 from rlkit.static_decode import static_generate
-from rlkit.tis import DEFAULT_TIS_CAP, importance_weights, mismatch_metrics, resolve_tis_cap
+from rlkit.tis import (
+    DEFAULT_TIS_CAP,
+    applied_cap,
+    importance_weights,
+    mismatch_metrics,
+    resolve_tis_cap,
+)
 from rlkit.trainer import Trainer
 from tests.test_trainer import make_config
 
@@ -112,7 +118,7 @@ def test_default_hf_path_records_nothing_and_logs_no_tis(tmp_path, tiny_model_di
     cfg = make_config(tmp_path, tiny_model_dir)
     assert cfg.loss.tis_cap == "auto"
     trainer = Trainer(cfg)
-    assert trainer.update.tis_cap is None and not trainer.collector.record_logprobs
+    assert applied_cap(trainer.update.loss) is None and not trainer.collector.record_logprobs
     trainer.train()
     assert not any(k.startswith("sampling/") for r in read_metrics(tmp_path) for k in r)
 

@@ -244,27 +244,28 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, tiny_model_dir):
 
 
 def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypatch):
-    import rlkit.update as update_module
+    from rlkit.losses import LOSSES, LossOutput
 
-    real = update_module.policy_loss
+    vanilla = LOSSES["vanilla"]
+    real = vanilla.fn
     calls = {"n": 0}
 
-    def nan_on_first_call(*args, **kwargs):
-        loss, *stats = real(*args, **kwargs)
+    def nan_on_first_call(*args):
+        out = real(*args)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] == 1 else loss), *stats
+        return LossOutput(out.loss * float("nan") if calls["n"] == 1 else out.loss, out.stats)
 
-    monkeypatch.setattr(update_module, "policy_loss", nan_on_first_call)
+    monkeypatch.setattr(vanilla, "fn", nan_on_first_call)
     Trainer(make_config(tmp_path / "once", tiny_model_dir, "steps=2")).train()
     rows = read_metrics(tmp_path / "once")
     assert (rows[1]["nonfinite_skips"], rows[1]["optimizer_steps"]) == (1, 0)
     assert (rows[2]["nonfinite_skips"], rows[2]["optimizer_steps"]) == (1, 1)
 
-    def always_nan(*args, **kwargs):
-        loss, *stats = real(*args, **kwargs)
-        return loss * float("nan"), *stats
+    def always_nan(*args):
+        out = real(*args)
+        return LossOutput(out.loss * float("nan"), out.stats)
 
-    monkeypatch.setattr(update_module, "policy_loss", always_nan)
+    monkeypatch.setattr(vanilla, "fn", always_nan)
     cfg = make_config(tmp_path / "always", tiny_model_dir, "steps=5", "optim.max_nonfinite_skips=2")
     with pytest.raises(NonFiniteError, match="2 consecutive"):
         Trainer(cfg).train()

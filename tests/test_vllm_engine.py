@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from rlkit.config import load_config
 from rlkit.models.loading import ModelSpec, load_policy
+from rlkit.tis import applied_cap
 from rlkit.trainer import Trainer
 from rlkit.vllm_engine import (
     BNB_PLUGIN,
@@ -269,7 +270,7 @@ def test_a_training_step_runs_on_vllm_rollouts(tmp_path, tiny_model_dir, fake_vl
     assert len(llm.calls) == 1 and len(llm.calls[0][0]) == 8
     assert metrics["completions/mean_length"] == 3.0 and metrics["optimizer_steps"] == 1
     # TIS is on by default with vLLM: the fake's log-probs are not the policy's, so it acts
-    assert trainer.update.tis_cap == 3.0
+    assert applied_cap(trainer.update.loss) == 3.0
     assert metrics["sampling/sampling_logp_difference/mean"] > 0
     longest = max(
         len(ids)
