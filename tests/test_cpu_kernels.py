@@ -4,7 +4,7 @@ Each check runs a fresh interpreter: a kernel mode is fixed by a process's first
 operation. The stored golden files, made under the portable kernels, are the cross-CPU test
 proper (tests/test_golden.py compares against them on any x86-64 CPU with AVX2); here, on one
 machine, a seeded run must come out the same when MKL is told the CPU has no AVX-512 (as on an
-AMD EPYC or an older Intel CPU).
+AMD EPYC or an older Intel CPU), at one and at two threads.
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def train(out: Path, threads: int, **variables: str) -> list[dict]:
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="the portable kernels need a CPU with AVX2")
-def test_a_seeded_run_repeats_when_mkl_sees_no_avx512(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_seeded_run_repeats_when_mkl_sees_no_avx512(threads, tmp_path):
     """Three EBPO steps of the tiny default under the portable kernels, with MKL free to use
-    this CPU's widest code and with MKL limited to AVX2: the same metrics. Under the native
-    kernels on a CPU with AVX-512 the two differ from step 1 (MKL's sgemm changes its vector
-    width; measured on an Intel Xeon, docs/tiny-default.md "Across CPUs"). One thread: at two,
-    a run does not yet repeat itself on the same machine (same section)."""
-    full = train(tmp_path / "a", 1)
-    limited = train(tmp_path / "b", 1, MKL_ENABLE_INSTRUCTIONS="AVX2")
+    this CPU's widest code and with MKL limited to AVX2: the same metrics, at one thread and at
+    two. Under the native kernels on a CPU with AVX-512 the two differ from step 1 (MKL's sgemm
+    changes its vector width; measured on an Intel Xeon, docs/tiny-default.md "Across CPUs")."""
+    full = train(tmp_path / "a", threads)
+    limited = train(tmp_path / "b", threads, MKL_ENABLE_INSTRUCTIONS="AVX2")
     assert full == limited
