@@ -502,13 +502,13 @@ class TrainConfig:
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
         check_combination(self)
-        for name in ("dispersion", "mad_median"):  # agpo.* sets the probe's and the advantage's
-            mine = getattr(self.agpo, name)
-            explicit = self.algo.options.get(name, mine)
-            if self.algo.estimator == "agpo" and explicit != mine:
+        shared = estimator_options(self)
+        for name, key in ESTIMATORS[self.algo.estimator].shared_settings.items():
+            explicit = self.algo.options.get(name, shared[name])
+            if explicit != shared[name]:
                 raise ValueError(
-                    f"agpo.{name} ({mine!r}) sets the AGPO advantage's {name}; "
-                    f"algo.options.{name} ({explicit!r}) conflicts with it: set only agpo.{name}"
+                    f"{key} ({shared[name]!r}) sets the {self.algo.estimator} advantage's {name}; "
+                    f"algo.options.{name} ({explicit!r}) conflicts with it: set only {key}"
                 )
         if self.rollout.lag and self.rollout.lag >= self.steps:
             raise ValueError(
@@ -535,6 +535,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def estimator_options(cfg: TrainConfig) -> dict:
+    """``algo.estimator``'s options: ``algo.options``, and the options it shares with another
+    section, read there (``shared_settings``: AGPO's advantage takes ``agpo.dispersion`` and
+    ``agpo.mad_median``, one setting for the probe and the advantage, docs/algorithms.md §1)."""
+    shared = ESTIMATORS[cfg.algo.estimator].shared_settings
+    return cfg.algo.options | {
+        name: getattr(getattr(cfg, section), field)
+        for name, (section, field) in ((n, key.split(".")) for n, key in shared.items())
+    }
 
 
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
@@ -992,7 +1003,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "algo",
             cfg.algo,
             ("cluster_key",),
-            estimator != "ebpo",
+            not ESTIMATORS[estimator].uses_clusters,
             f"algo.estimator={estimator}: only EBPO's priors use clusters",
             "set algo.estimator=ebpo or leave it unset",
         ),
