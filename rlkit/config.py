@@ -961,7 +961,8 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "agpo",
             agpo,
             ("dispersion", "mad_median"),
-            not agpo.enabled and estimator != "agpo",
+            not agpo.enabled
+            and "agpo.dispersion" not in ESTIMATORS[estimator].shared_settings.values(),
             f"agpo.enabled=false and algo.estimator={estimator}: neither AGPO's probe nor its "
             "advantage runs",
             "set agpo.enabled=true or algo.estimator=agpo, or leave it at its default",
@@ -1182,7 +1183,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         for name in names
         if getattr(section, name) != _default(section, name)
     ]
-    options = cfg.algo.options if estimator == "ebpo" else {}
+    options = cfg.algo.options  # check_combination refused any the estimator does not take
     option_rules = [  # EBPO's options: (option, ignored?, because, what to do)
         (
             "prior_decay",
@@ -1197,7 +1198,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "set algo.cluster_key, or leave it out",
         ),
     ]
-    signature = inspect.signature(ESTIMATORS["ebpo"]).parameters
+    signature = inspect.signature(ESTIMATORS[estimator]).parameters
     found += [
         f"algo.options.{name}={options[name]!r} has no effect with {because}; {fix}"
         for name, ignored, because, fix in option_rules
