@@ -58,6 +58,10 @@ class AdvantageEstimator:
 
     name = "base"
     min_group_size = 2  # G = 1 leaves no group baseline: every advantage would be 0
+    uses_clusters = False  # reads ``cluster_ids`` (EBPO's per-cluster priors)
+    # options set by another config section's key, {option: "section.key"} (AGPO's advantage
+    # shares the probe's dispersion, §1); ``algo.options`` may not set them otherwise
+    shared_settings: dict[str, str] = {}
     # the estimator keeps state per prompt: __call__ needs each prompt's ``prompt_ids`` (SPO)
     needs_prompt_ids = False
 
@@ -269,6 +273,8 @@ class AGPOAdvantage(AdvantageEstimator):
 
     ``mad_median``: the MAD's median at even G, ``midpoint`` or the authors' ``lower`` (§1)."""
 
+    shared_settings = {"dispersion": "agpo.dispersion", "mad_median": "agpo.mad_median"}
+
     def __init__(self, dispersion: str = "std", mad_median: str = "midpoint"):
         check_dispersion(dispersion, mad_median)
         self.dispersion, self.mad_median = dispersion, mad_median
@@ -296,6 +302,7 @@ class EBPO(AdvantageEstimator):
     """
 
     min_group_size = 1  # the prior μ_glob is a baseline even for a group of one
+    uses_clusters = True
 
     def __init__(
         self,

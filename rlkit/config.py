@@ -502,13 +502,13 @@ class TrainConfig:
         _positive("checkpoint_every", self.checkpoint_every, strict=False)
         _positive("keep_checkpoints", self.keep_checkpoints)
         check_combination(self)
-        for name in ("dispersion", "mad_median"):  # agpo.* sets the probe's and the advantage's
-            mine = getattr(self.agpo, name)
-            explicit = self.algo.options.get(name, mine)
-            if self.algo.estimator == "agpo" and explicit != mine:
+        shared = estimator_options(self)
+        for name, key in ESTIMATORS[self.algo.estimator].shared_settings.items():
+            explicit = self.algo.options.get(name, shared[name])
+            if explicit != shared[name]:
                 raise ValueError(
-                    f"agpo.{name} ({mine!r}) sets the AGPO advantage's {name}; "
-                    f"algo.options.{name} ({explicit!r}) conflicts with it: set only agpo.{name}"
+                    f"{key} ({shared[name]!r}) sets the {self.algo.estimator} advantage's {name}; "
+                    f"algo.options.{name} ({explicit!r}) conflicts with it: set only {key}"
                 )
         if self.rollout.lag and self.rollout.lag >= self.steps:
             raise ValueError(
@@ -535,6 +535,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def estimator_options(cfg: TrainConfig) -> dict:
+    """``algo.estimator``'s options: ``algo.options``, and the options it shares with another
+    section, read there (``shared_settings``: AGPO's advantage takes ``agpo.dispersion`` and
+    ``agpo.mad_median``, one setting for the probe and the advantage, docs/algorithms.md §1)."""
+    shared = ESTIMATORS[cfg.algo.estimator].shared_settings
+    return cfg.algo.options | {
+        name: getattr(getattr(cfg, section), field)
+        for name, (section, field) in ((n, key.split(".")) for n, key in shared.items())
+    }
 
 
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
@@ -950,7 +961,8 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "agpo",
             agpo,
             ("dispersion", "mad_median"),
-            not agpo.enabled and estimator != "agpo",
+            not agpo.enabled
+            and "agpo.dispersion" not in ESTIMATORS[estimator].shared_settings.values(),
             f"agpo.enabled=false and algo.estimator={estimator}: neither AGPO's probe nor its "
             "advantage runs",
             "set agpo.enabled=true or algo.estimator=agpo, or leave it at its default",
@@ -992,7 +1004,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "algo",
             cfg.algo,
             ("cluster_key",),
-            estimator != "ebpo",
+            not ESTIMATORS[estimator].uses_clusters,
             f"algo.estimator={estimator}: only EBPO's priors use clusters",
             "set algo.estimator=ebpo or leave it unset",
         ),
@@ -1171,7 +1183,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
         for name in names
         if getattr(section, name) != _default(section, name)
     ]
-    options = cfg.algo.options if estimator == "ebpo" else {}
+    options = cfg.algo.options  # check_combination refused any the estimator does not take
     option_rules = [  # EBPO's options: (option, ignored?, because, what to do)
         (
             "prior_decay",
@@ -1186,7 +1198,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "set algo.cluster_key, or leave it out",
         ),
     ]
-    signature = inspect.signature(ESTIMATORS["ebpo"]).parameters
+    signature = inspect.signature(ESTIMATORS[estimator]).parameters
     found += [
         f"algo.options.{name}={options[name]!r} has no effect with {because}; {fix}"
         for name, ignored, because, fix in option_rules

@@ -1,5 +1,6 @@
-"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss" registers
-from the page's first code block, and the page's test of it (its second block) passes."""
+"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss" and the
+method of "Adding a method" register from each section's first code block, and the section's
+test of it (its second block) passes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rlkit.advantages import ESTIMATORS
 from rlkit.losses import LOSSES
+from rlkit.methods import METHODS
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
 
@@ -28,10 +31,32 @@ def unclipped_loss():
     del LOSSES["unclipped"]
 
 
+def run_guide_test(section: str, name: str, *args) -> None:
+    """The section's second code block, run as its test file, and its test ``name``."""
+    namespace: dict = {"__name__": name}
+    exec(compile(code_blocks(section)[1], f"tests/{name}.py", "exec"), namespace)
+    tests = [value for key, value in namespace.items() if key.startswith("test_")]
+    assert len(tests) == 1
+    tests[0](*args)
+
+
 def test_the_guides_loss_registers_and_its_test_passes(unclipped_loss, tmp_path, tiny_model_dir):
-    namespace: dict = {"__name__": "test_unclipped"}
-    exec(compile(code_blocks("Adding a loss")[1], "tests/test_unclipped.py", "exec"), namespace)
-    namespace["test_unclipped_is_minus_ratio_times_advantage_and_trains"](tmp_path, tiny_model_dir)
+    run_guide_test("Adding a loss", "test_unclipped", tmp_path, tiny_model_dir)
+
+
+@pytest.fixture
+def annealed_clip_method():
+    """The guide's method file, run as the module ``rlkit.methods.annealed_clip`` would be."""
+    source = code_blocks("Adding a method")[0]
+    exec(compile(source, "rlkit/methods/annealed_clip.py", "exec"), {"__name__": "annealed_clip"})
+    yield METHODS["annealed_clip"]
+    del METHODS["annealed_clip"], ESTIMATORS["grpo_annealed"]
+
+
+def test_the_guides_method_registers_and_its_test_passes(
+    annealed_clip_method, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding a method", "test_annealed_clip", tmp_path, tiny_model_dir)
 
 
 def test_a_taken_or_unknown_loss_name_is_refused():
@@ -41,3 +66,12 @@ def test_a_taken_or_unknown_loss_name_is_refused():
         register_loss("vanilla")(lambda logp, sub, ctx: None)
     with pytest.raises(ValueError, match=r"unknown loss 'nope'; known: \[.*'vanilla'"):
         get_loss("nope")
+
+
+def test_a_taken_or_unknown_method_name_is_refused():
+    from rlkit.methods import Method, get_method, register_method
+
+    with pytest.raises(ValueError, match="'grpo' is already registered"):
+        register_method("grpo")(type("Again", (Method,), {}))
+    with pytest.raises(ValueError, match=r"unknown method 'nope'; known: \[.*'grpo'"):
+        get_method("nope")

@@ -105,7 +105,7 @@ def settings_from_config(name: str, config) -> dict:
             raise ValueError(
                 f"algorithm.{CONFIG_KEY}.cluster_key must name a batch field, got {cluster_key!r}"
             )
-        if name != "ebpo":
+        if not ESTIMATORS[name].uses_clusters:
             raise ValueError(
                 f"algorithm.{CONFIG_KEY}.cluster_key={cluster_key!r} has no effect with "
                 f"algorithm.adv_estimator={name}: only EBPO's priors use clusters; unset it"

@@ -1,0 +1,86 @@
+"""The method registry and the one method switch (docs/algorithms.md §1–§4; adding a method:
+docs/contributing.md, "Adding a method").
+
+A method is a :class:`~rlkit.methods.base.Method` subclass registered under a name with
+:func:`register_method`. Each declares the config setting that chooses it (``switch``, a dotted
+key and its value): today's keys, ``algo.estimator=ppo``, ``algo.estimator=dpo`` and
+``agpo.enabled=true``, so every saved config, preset and sweep spec chooses the method it chose
+before. :func:`method_name` reads those declarations, the only place a config becomes a method's
+name; :func:`build_method` builds it with its ``from_config``.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+from rlkit.config import TrainConfig
+from rlkit.dist import Collective
+
+DEFAULT_METHOD = "grpo"  # GRPO, Dr. GRPO, RLOO, EBPO, …: the estimator's advantages alone
+METHODS: dict[str, type] = {}  # name → Method subclass
+
+
+def register_method(name: str):
+    """Class decorator adding a method to :data:`METHODS` under ``name``; a name registered
+    twice is a ValueError naming both classes."""
+
+    def add(cls):
+        if name in METHODS:
+            raise ValueError(
+                f"method {name!r} is already registered (by {METHODS[name].__qualname__}); "
+                f"{cls.__qualname__} needs a name of its own"
+            )
+        METHODS[name] = cls
+        return cls
+
+    return add
+
+
+def get_method(name: str) -> type:
+    """The method class registered as ``name``; an unknown name is a ValueError listing the
+    known ones."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}")
+    return METHODS[name]
+
+
+def setting(cfg: Any, key: str) -> Any:
+    """The value of dotted config key ``key`` (``agpo.enabled``) in ``cfg``."""
+    return reduce(getattr, key.split("."), cfg)
+
+
+def show(key: str, value: Any) -> str:
+    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def method_name(cfg: TrainConfig) -> str:
+    """The registered method ``cfg`` chooses: the one whose ``switch`` it sets, else the GRPO
+    family's; two methods chosen at once is a ValueError naming both settings."""
+    chosen = {
+        name: cls.switch
+        for name, cls in METHODS.items()
+        if cls.switch is not None and setting(cfg, cls.switch[0]) == cls.switch[1]
+    }
+    if len(chosen) > 1:
+        settings = " and ".join(show(*switch) for switch in chosen.values())
+        raise ValueError(f"{settings} choose different methods ({', '.join(chosen)}); set one")
+    return next(iter(chosen), DEFAULT_METHOD)
+
+
+def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Any:
+    """The configured method (``rlkit.methods.base.Method``), built by its ``from_config``;
+    ``dist`` is the run's ``rlkit.dist.Collective`` (None: one process)."""
+    return get_method(method_name(cfg)).from_config(cfg, dist)
+
+
+def method_switches(cfg: TrainConfig) -> dict[str, bool]:
+    """Which of the methods' mechanisms ``cfg`` switches on, by name, for code that describes
+    runs without building them (`rlkit.reanalysis`' one manipulation rule per mechanism): EBPO's
+    shrinkage, AGPO's adaptive clip and adaptive temperature (AGPO's controllers on AGPO's
+    advantage), Dr. GRPO's normalisation."""
+    on = get_method(method_name(cfg)).mechanisms(cfg)
+    return {
+        name: name in on
+        for name in ("ebpo", "agpo_adaptive_clip", "agpo_adaptive_temperature", "dr_grpo")
+    }
