@@ -165,7 +165,9 @@ def test_offline_dpo_collects_once_from_the_starting_policy(tmp_path):
         assert steps[2][key] == steps[0][key], key
     first = [p.id for p in stored[0].problems]
     assert first != [p.id for p in stored[1].problems]
-    assert steps[0]["rewards/margins"] == 0.0 and steps[2]["rewards/margins"] > 0.0
+    # π_θ = π_ref at the first update: its margins are 0 up to float32 rounding (the policy's
+    # and the reference's passes run other batch shapes: 2.4e-8 under the portable kernels)
+    assert abs(steps[0]["rewards/margins"]) < 1e-6 and steps[2]["rewards/margins"] > 1e-3
 
 
 def test_offline_dpo_collects_one_batch_per_step_by_default(tmp_path):
