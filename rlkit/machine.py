@@ -42,7 +42,7 @@ AVX2_KERNELS = {
 # (SSE2 without rcpps/rsqrtps, fixed cache sizes and reduction order: the branch Intel documents
 # for non-Intel CPUs too; its AVX2 branch falls back to automatic dispatch there), oneDNN at AVX2.
 # bitsandbytes picks its CPU path from PyTorch's, so it follows. Cost on the tiny default: about
-# 14 % more CPU time (benchmarks/cpu_kernels.py).
+# 12 % more CPU time (benchmarks/cpu_kernels.py).
 PORTABLE_KERNELS = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "COMPATIBLE",

@@ -13,7 +13,7 @@ metric is beyond seed noise, or, with ``--exact``, when one is not identical.
 
 The re-run uses the CPU kernels the sweep's runs recorded (``kernels`` in their machine,
 :func:`rlkit.machine.fingerprint`), ``native`` for a sweep made before rlkit pinned them (every
-sweep committed before 2026-12-07 ran on an AMD EPYC's own AVX2 kernels); ``--kernels`` picks a
+sweep committed before the pins ran on an AMD EPYC's own AVX2 kernels); ``--kernels`` picks a
 mode of :data:`rlkit.machine.KERNEL_MODES` instead: ``avx2`` limits PyTorch's, MKL's and oneDNN's
 CPU kernels to AVX2, the closest an Intel CPU with AVX-512 comes to those runs.
 """
