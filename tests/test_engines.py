@@ -14,8 +14,8 @@ on the tests' tiny Llama (full weights, LoRA with non-zero adapters, and its 4-b
 float32 compute) and a tiny Qwen3 (the 8B presets' architecture: q/k norms). Checked against HF
 ``generate`` on the training weights: greedy tokens identical; sampled tokens identical for the
 same generator seed (every engine draws ``multinomial(softmax(scores))`` from the same RNG
-stream); and the sampler's recorded log-probs within ``LOGP_TOL`` of the training forward's
-(`rlkit.logprobs.sequence_logprobs`), float32 throughout.
+stream); and the sampler's recorded log-probs within ``LOGP_TOL`` (``FUSED_LOGP_TOL`` with fused
+LoRA) of the training forward's (`rlkit.logprobs.sequence_logprobs`), float32 throughout.
 
 This module runs in CI at both ends of the transformers range pyproject.toml states (Makefile:
 ``test-engines-oldest``), since the static loop's cache is what changes between releases.
@@ -49,6 +49,10 @@ NEW_TOKENS = 12
 TEMPERATURES = torch.tensor([0.7, 1.0, 1.3, 1.0, 1.0, 0.9, 1.1, 1.0])
 SEED = 5
 LOGP_TOL = 1e-5  # float32 forwards over differently shaped (masked, static) key ranges
+# fused LoRA samples from the merged weight W + s·B·A, one more float32 rounding per weight than
+# the training forward's W·x + s·B·(A·x): up to 1.03e-5 on the tiny LoRA model under the
+# portable CPU kernels (rlkit.machine), below 1e-5 under an AVX-512 machine's own
+FUSED_LOGP_TOL = 3e-5
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +158,8 @@ def test_every_engine_decodes_hf_generates_tokens(case, policies, references, mo
     mask = sampled.completion_mask
     assert mask.sum() > len(PROMPTS)  # more than one token a row: the cache is read
     gap = (sampled.sampler_logp - trainer_logp)[mask].abs().max().item()
-    assert gap < LOGP_TOL, f"sampler vs trainer log-probs differ by {gap:.2e}"
+    tolerance = FUSED_LOGP_TOL if fuse else LOGP_TOL
+    assert gap < tolerance, f"sampler vs trainer log-probs differ by {gap:.2e}"
 
 
 class CountingKV(static_decode.StaticKV):
