@@ -37,9 +37,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SKIPPED = {"code", "pre", "script", "style", "mjx-container", "textarea", "kbd"}
-# code blocks (Pygments' and CodeMirror's), and JupyterLab's table of contents, a closed side
-# panel whose entries show each heading's source
-SKIPPED_CLASSES = {"highlight", "cm-editor", "cm-content", "jp-TableOfContents-tree"}
+# code blocks (Pygments', CodeMirror's, and the hidden copy of each code cell the site's copy
+# button reads), and JupyterLab's table of contents, a closed side panel whose entries show each
+# heading's source
+SKIPPED_CLASSES = {"highlight", "highlight-ipynb", "clipboard-copy-txt", "cm-editor", "cm-content"}
+SKIPPED_CLASSES |= {"jp-TableOfContents-tree"}
+# elements with no end tag: they neither open nor close a skipped region
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
 RAW_TEX = re.compile(r"(?<![\\\w])\$[^$\s][^$\n]{0,200}?\$|\\\(.{1,200}?\\\)|[_^]\{")
 TYPESET = "<mjx-container"
 
@@ -52,14 +56,17 @@ class VisibleText(html.parser.HTMLParser):
         self.depth, self.parts = 0, []
 
     def handle_starttag(self, tag, attrs):
+        if tag in VOID:
+            return
         classes = (dict(attrs).get("class") or "").split()
-        if tag in SKIPPED or any(c in SKIPPED_CLASSES for c in classes):
-            self.depth += 1
-        elif self.depth:
+        if self.depth or tag in SKIPPED or any(c in SKIPPED_CLASSES for c in classes):
             self.depth += 1
 
+    def handle_startendtag(self, tag, attrs):
+        pass  # <br/>: nothing inside it
+
     def handle_endtag(self, tag):
-        if self.depth:
+        if self.depth and tag not in VOID:
             self.depth -= 1
 
     def handle_data(self, data):
@@ -88,7 +95,10 @@ def raw_fragments(dom: str) -> list[str]:
 
 
 def has_math(markdown: str) -> bool:
-    return re.search(r"(?<!\\)\$[^$\s][^$]*?\$", markdown) is not None
+    """Whether Markdown holds a ``$…$`` pair outside code (fenced, indented or inline)."""
+    prose = re.sub(r"```.*?```|~~~.*?~~~|`[^`\n]*`", " ", markdown, flags=re.S)
+    prose = re.sub(r"(?m)^(?: {4}|\t).*$", " ", prose)
+    return re.search(r"(?<!\\)\$[^$\s][^$]*?\$", prose) is not None
 
 
 def notebook_markdown(path: Path) -> str:
@@ -143,8 +153,8 @@ def site_pages(site: Path) -> list[tuple[str, Path, bool]]:
     for page in sorted(site.rglob("*.html")):
         rel = page.relative_to(site)
         for source in (root / rel.with_suffix(".md"), root / rel.with_suffix(".ipynb")):
-            if rel.name == "index.html":
-                source = root / "README.md"
+            if rel.name == "index.html":  # a folder's README is its index page
+                source = root / rel.parent / "README.md"
             if source.exists():
                 text = (
                     notebook_markdown(source) if source.suffix == ".ipynb" else source.read_text()

@@ -41,3 +41,17 @@ def test_code_and_the_table_of_contents_are_not_read():
 def test_a_source_has_math_when_it_holds_a_dollar_pair():
     assert check_typeset.has_math("the weight $S$ of a prompt")
     assert not check_typeset.has_math("costs $5 and more")
+
+
+def test_a_void_element_inside_code_does_not_hide_the_text_after_it():
+    dom = "<pre>x<br>y</pre><p>raw $a_i$ after the code</p>"
+    assert "$a_i$" in check_typeset.check("p", dom, expects_math=True)
+
+
+def test_the_sites_hidden_copy_of_a_code_cell_is_not_read():
+    dom = '<div class="clipboard-copy-txt"># E_{a∼π}[r]</div>' + TYPESET
+    assert check_typeset.check("p", dom, expects_math=True) is None
+
+
+def test_math_in_code_is_not_math():
+    assert not check_typeset.has_math("```\nprint(f'${x}$')\n```\nand `$a$` inline")
