@@ -284,7 +284,7 @@ def _cache_kept(decoder: torch.nn.Module):
             del m._can_checkpoint_with_cache
 
 
-def _token_logprobs(
+def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -358,7 +358,7 @@ def sequence_logprobs(
     full-vocabulary tensor is [micro_batch_size, chunk_size, V]. ``share_prompts``: rows of a
     micro-batch with the same prompt share its forward (`_completion_states`). ``micro_pass``:
     the module whose forward runs one micro-batch of ``model`` (a DDP- or FSDP2-wrapped
-    :class:`rlkit.parallel.LogProbPass`, so that gradients synchronise); None: `_token_logprobs`.
+    :class:`rlkit.parallel.LogProbPass`, so that gradients synchronise); None: `token_logprobs`.
     ``value_head``: also return PPO's values [B, Lc] from the same forward (0 at padding), a
     third element (a wrapped ``micro_pass`` holds the policy's head itself).
     """
@@ -381,7 +381,7 @@ def sequence_logprobs(
     if micro_pass is not None:
         run = partial(micro_pass, with_values=value_head is not None)
     else:
-        run = partial(_token_logprobs, model, value_head=value_head)
+        run = partial(token_logprobs, model, value_head=value_head)
     logps, entropies, values = [], [], []
     for start in range(0, rows, step):
         part = slice(start, start + step)

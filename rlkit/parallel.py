@@ -24,13 +24,14 @@ from collections.abc import Iterator
 import torch
 
 from rlkit.dist import Collective
+from rlkit.logprobs import token_logprobs
 from rlkit.models.hf_compat import causal_lm
 
 STRATEGIES = ("ddp", "fsdp2")
 
 
 class LogProbPass(torch.nn.Module):
-    """``rlkit.logprobs._token_logprobs`` of ``model`` as this module's forward; ``value_head``
+    """:func:`rlkit.logprobs.token_logprobs` of ``model`` as this module's forward; ``value_head``
     (PPO's, docs/algorithms.md §4c) is a submodule, so its gradients synchronise too."""
 
     def __init__(self, model: torch.nn.Module, value_head: torch.nn.Module | None = None):
@@ -38,9 +39,7 @@ class LogProbPass(torch.nn.Module):
         self.model, self.value_head = model, value_head
 
     def forward(self, *args, with_values: bool = False):
-        from rlkit.logprobs import _token_logprobs
-
-        return _token_logprobs(self.model, *args, self.value_head if with_values else None)
+        return token_logprobs(self.model, *args, self.value_head if with_values else None)
 
 
 def _sum_allreduce(group, bucket):  # DDP checks these annotations as objects: none given
