@@ -34,6 +34,7 @@ from rlkit.config import RolloutConfig, TrainConfig, run_tis_cap
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.dist import Collective, Local
+from rlkit.engines import get_engine
 from rlkit.fused_lora import fused_lora, resolve_fuse_lora
 from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
@@ -103,14 +104,13 @@ class Collector:
         ``rollout.max_new_tokens`` (no prompts: vLLM's default, the model's context); with
         ``rollout.generation_copy=dequantized``, the copy (built here, once)."""
         engine = None
-        if cfg.rollout.engine == "vllm":
-            from rlkit.vllm_engine import VLLMEngine
-
+        build = get_engine(cfg.rollout.engine).build  # None: generates in-process
+        if build is not None:
             max_model_len = None
             if prompts:
                 longest = max(map(len, policy.tokenizer(list(prompts))["input_ids"]))
                 max_model_len = longest + cfg.rollout.max_new_tokens
-            engine = VLLMEngine(policy, cfg.rollout.vllm_memory, cfg.seed, max_model_len)
+            engine = build(cfg, policy, max_model_len)
         scorer = RewardScorer(
             get_reward_fn(cfg.task.reward),
             num_workers=cfg.task.reward_workers,

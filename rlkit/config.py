@@ -24,6 +24,7 @@ import yaml
 
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import EMA_UPDATES, AdaptiveClip, AdaptiveTemperature
+from rlkit.engines import engine_names, get_engine
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, loss_modes
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.models.spec import ModelSpec
@@ -287,13 +288,13 @@ class RolloutConfig:
         _positive("rollout.max_gen_batches", self.max_gen_batches)
         _positive("rollout.overlong_buffer", self.overlong_buffer, strict=False)
         _auto_or_positive("rollout.generation_batch_size", self.generation_batch_size, strict=False)
-        _choice("rollout.engine", self.engine, ("hf", "hf_static", "vllm"))
+        _choice("rollout.engine", self.engine, engine_names())
         if isinstance(self.fuse_lora, str):
             _choice("rollout.fuse_lora", self.fuse_lora, ("auto",))
         _choice("rollout.generation_copy", self.generation_copy, ("none", "dequantized"))
         _positive("rollout.lag", self.lag, strict=False)
         _choice("rollout.sampling_stream", self.sampling_stream, SAMPLING_STREAMS)
-        if self.sampling_stream == "prompt" and self.engine == "vllm":
+        if self.sampling_stream == "prompt" and get_engine(self.engine).batches_rows_itself:
             raise ValueError(
                 "rollout.sampling_stream='prompt' with rollout.engine='vllm': vLLM schedules "
                 "and batches the rows itself, so a group's tokens cannot be drawn from its own "
@@ -905,6 +906,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
     replacing the 8B presets' clip-higher ``loss.eps_high=0.28``) gives a run that is not the
     one asked for. Every rule is a row here (docs/algorithms.md §4)."""
     agpo, ro, task, model = cfg.agpo, cfg.rollout, cfg.task, cfg.model
+    engine = get_engine(ro.engine)  # what the rollout engine declares it does
     estimator = cfg.algo.estimator
     mode = cfg.loss.loss_mode
     rules = [  # (section key, section, fields, ignored?, because, what to do)
@@ -1028,7 +1030,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("vllm_memory",),
-            ro.engine != "vllm",
+            engine.gpu_share != "vllm_memory",
             f"rollout.engine={ro.engine}: there is no vLLM engine",
             "set rollout.engine=vllm or leave it at its default",
         ),
@@ -1036,7 +1038,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("fuse_lora", "compile"),
-            ro.engine != "hf_static",
+            not (engine.fuses_lora and engine.compiles_step),
             f"rollout.engine={ro.engine}: only the static decode loop (hf_static) fuses LoRA "
             "and compiles its decode step",
             "set rollout.engine=hf_static or leave them at their defaults",
@@ -1045,7 +1047,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("fuse_lora",),
-            ro.engine == "hf_static" and model.mode == "full",
+            engine.fuses_lora and model.mode == "full",
             "model.mode=full: there is no LoRA adapter to fuse",
             "set model.mode=lora or qlora, or leave it at its default",
         ),
@@ -1053,7 +1055,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("generation_batch_size",),
-            ro.engine == "vllm",
+            engine.batches_rows_itself,
             "rollout.engine=vllm: vLLM batches the training rollouts itself",
             "leave it at 0 (rollout.vllm_memory bounds vLLM's memory)",
         ),
@@ -1070,7 +1072,7 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
             "rollout",
             ro,
             ("generation_copy",),
-            model.mode == "qlora" and ro.engine == "vllm",
+            model.mode == "qlora" and engine.own_weights,
             "rollout.engine=vllm: vLLM samples with its own copy of the weights",
             "set rollout.engine=hf or hf_static, or leave it at its default",
         ),

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 import torch
 from peft.tuners.lora import LoraLayer
 
+from rlkit.engines import get_engine
+
 # projections of one module that read the same input (Llama, Qwen, Mistral, ... names)
 SHARED_INPUT = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
@@ -42,7 +44,7 @@ def resolve_fuse_lora(value: bool | str, engine: str, mode: str) -> bool:
     """Whether ``rollout.fuse_lora`` fuses: ``auto`` on the static decode loop of a LoRA/QLoRA
     model (`rlkit.config.ignored_settings` refuses an explicit value that cannot act)."""
     if value == "auto":
-        return engine == "hf_static" and mode != "full"
+        return get_engine(engine).fuses_lora and mode != "full"
     return bool(value)
 
 

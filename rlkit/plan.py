@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 
 from rlkit.config import BUILTIN_MODEL, TrainConfig
+from rlkit.engines import get_engine
 from rlkit.methods import build_method
 from rlkit.models.gguf import gguf_path, is_gguf
 from rlkit.pass_plan import PassPlan
@@ -87,6 +88,13 @@ class ModelShape:
     other_params: int  # embeddings, output head, norms
     lora_params: int  # adapter matrices at the config's rank and target modules
     largest_linear: int  # parameters of the largest decoder linear (one is dequantized at a time)
+
+
+def engine_share(cfg: TrainConfig) -> float:
+    """The share of the GPU the rollout engine keeps for itself (its declared ``gpu_share``
+    setting, vLLM's ``rollout.vllm_memory``; 0: it shares training's memory)."""
+    share = get_engine(cfg.rollout.engine).gpu_share
+    return getattr(cfg.rollout, share) if share is not None else 0.0
 
 
 def model_config(name_or_path: str):
@@ -299,7 +307,8 @@ class MemoryPlan:
                 "model.lora_r",
             )
         )
-        if cfg.rollout.engine != "vllm":  # vLLM generates the training rollouts in its own share
+        # an engine that batches its rows itself (vLLM) generates in its own share of the GPU
+        if not get_engine(cfg.rollout.engine).batches_rows_itself:
             out.append(
                 Phase(
                     f"generation ({k['rollout.generation_batch_size']} rows)",
@@ -335,7 +344,7 @@ class MemoryPlan:
         outside [0, 1), or one that leaves vLLM's share nothing, is a ValueError."""
         if not 0 <= headroom < 1:  # NaN fails too
             raise ValueError(f"headroom (--headroom) must be in [0, 1), got {headroom!r}")
-        vllm = self.cfg.rollout.vllm_memory if self.cfg.rollout.engine == "vllm" else 0.0
+        vllm = engine_share(self.cfg)
         if headroom + vllm >= 1:
             raise ValueError(
                 f"headroom (--headroom) {headroom:g} plus rollout.vllm_memory={vllm:g} leaves "
@@ -505,8 +514,11 @@ def format_plan(plan: MemoryPlan, gpu_mem_gib: float | None, headroom: float) ->
     if gpu_mem_gib is not None:
         check_gpu_mem(gpu_mem_gib)
         budget = plan.usable(gpu_mem_gib * GIB, headroom)
-        if plan.cfg.rollout.engine == "vllm":
-            lines.append(f"vLLM engine: {plan.cfg.rollout.vllm_memory:.0%} of the GPU is vLLM's")
+        engine = get_engine(plan.cfg.rollout.engine)
+        if engine.gpu_share is not None:
+            lines.append(
+                f"{engine.label} engine: {engine_share(plan.cfg):.0%} of the GPU is {engine.label}'s"
+            )
         lines.append(
             f"largest settings that fit {gpu_mem_gib:g} GiB with {headroom:.0%} headroom "
             f"(log-prob chunk {plan.settings()['optim.logprob_chunk_size']} positions):"
@@ -556,9 +568,10 @@ def check_fits(plan: MemoryPlan, gpu_bytes: float, headroom: float = DEFAULT_HEA
     """Raise a ValueError naming the knob to turn when a phase does not fit ``gpu_bytes``."""
     budget = plan.usable(gpu_bytes, headroom)
     fitting = plan.largest_fitting(budget)
+    engine = get_engine(plan.cfg.rollout.engine)
     vllm = (
-        f", rollout.vllm_memory={plan.cfg.rollout.vllm_memory:g} for vLLM"
-        if plan.cfg.rollout.engine == "vllm"
+        f", rollout.{engine.gpu_share}={engine_share(plan.cfg):g} for {engine.label}"
+        if engine.gpu_share is not None
         else ""
     )
     for phase in plan.phases():

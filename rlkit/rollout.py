@@ -31,9 +31,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from rlkit.rollout_batch import RolloutBatch, concat_rollouts
+from rlkit.engines import get_engine, in_process_engines
+from rlkit.rollout_batch import RolloutBatch, _completion_layout, _eos_token_ids, concat_rollouts
 from rlkit.seeding import seeded
-from rlkit.static_decode import static_generate
 
 # Generation options that leave the model's distribution untouched. They override whatever the
 # model's generation_config.json sets, so the only processors applied are the ones passed here.
@@ -144,34 +144,6 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """EOS ids from the tokenizer and the model's generation config (e.g. Llama-3's <|eot_id|>)."""
-    ids = {tokenizer.eos_token_id}
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
-    ids.discard(None)
-    if not ids:
-        raise ValueError("neither the tokenizer nor the model's generation config has an EOS token")
-    return sorted(ids)
-
-
-def _completion_layout(
-    completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mask up to and including the first EOS; re-pad after it.
-
-    Returns (completion_ids, completion_mask, lengths, truncated). Works when pad == EOS.
-    """
-    width = completion_ids.shape[1]
-    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
-    truncated = ~is_eos.any(dim=1)
-    first_eos = is_eos.int().argmax(dim=1)
-    lengths = torch.where(truncated, torch.full_like(first_eos, width), first_eos + 1)
-    positions = torch.arange(width, device=completion_ids.device)
-    completion_mask = positions[None, :] < lengths[:, None]
-    return completion_ids.masked_fill(~completion_mask, pad_id), completion_mask, lengths, truncated
-
-
 @torch.no_grad()
 def generate_rollouts(
     model: torch.nn.Module,
@@ -197,10 +169,14 @@ def generate_rollouts(
     records the sampler's log-probs when sampling); ``compile_step``: ``hf_static`` only, its
     decode step through ``torch.compile``.
     """
-    if engine not in ("hf", "hf_static"):
-        raise ValueError(f"engine must be 'hf' or 'hf_static', got {engine!r}")
-    if compile_step and engine != "hf_static":
-        raise ValueError(f"compile_step=True needs engine='hf_static', got {engine!r}")
+    in_process = in_process_engines()
+    if engine not in in_process:
+        choices = " or ".join(map(repr, in_process))
+        raise ValueError(f"engine must be {choices}, got {engine!r}")
+    spec = get_engine(engine)
+    if compile_step and not spec.compiles_step:
+        compiling = " or ".join(repr(n) for n in in_process if get_engine(n).compiles_step)
+        raise ValueError(f"compile_step=True needs engine={compiling}, got {engine!r}")
     if not prompts:
         raise ValueError("prompts must be a non-empty list of strings")
     if max_new_tokens < 1:
@@ -221,7 +197,11 @@ def generate_rollouts(
     eos_ids = _eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     options = {**NEUTRAL_PROCESSING, "do_sample": not greedy}
-    recorder = SampledLogprobs() if record_logprobs and not greedy and engine == "hf" else None
+    recorder = (
+        SampledLogprobs()
+        if record_logprobs and not greedy and not spec.records_sampler_logp
+        else None
+    )
     if not greedy:
         options.update(NEUTRAL_SAMPLING)
         options["logits_processor"] = sampling_processors(temperatures, top_p, top_k)
@@ -233,32 +213,16 @@ def generate_rollouts(
     sampler_logp = None
     try:
         with seeded(generator_seed, device):
-            if engine == "hf_static":
-                generated, sampler_logp = static_generate(
-                    model,
-                    encoded["input_ids"],
-                    encoded["attention_mask"],
-                    max_new_tokens,
-                    eos_ids,
-                    pad_id,
-                    options.get("logits_processor"),
-                    compile_step,
-                )
-            else:
-                # ids and mask alone: transformers 4.x tokenizers also return token_type_ids,
-                # which generate refuses for a decoder-only model
-                sequences = model.generate(
-                    input_ids=encoded["input_ids"],
-                    attention_mask=encoded["attention_mask"],
-                    max_new_tokens=max_new_tokens,
-                    eos_token_id=eos_ids,
-                    pad_token_id=pad_id,
-                    # each process generates alone, with whole weights (rlkit.parallel.unsharded):
-                    # transformers would otherwise lock-step the ranks of an FSDP model
-                    synced_gpus=False,
-                    **options,
-                )
-                generated = sequences[:, encoded["input_ids"].shape[1] :]
+            generated, sampler_logp = spec.decode(
+                model,
+                encoded["input_ids"],
+                encoded["attention_mask"],
+                max_new_tokens,
+                eos_ids,
+                pad_id,
+                options,
+                compile_step,
+            )
     finally:
         model.train(was_training)
 

@@ -2,13 +2,18 @@
 (prompt left-padded, completion right-padded, the masks, lengths and sampling temperatures of each
 row) and :func:`concat_rollouts`, which joins batches of different widths. Torch alone: the
 engines that fill it (``rlkit.rollout``, ``rlkit.vllm_engine``) and the bandit simulations'
-step types (``rlkit.batch``) share it without the generation stack."""
+step types (``rlkit.batch``) share it without the generation stack; and the completion layout both engine paths apply
+(:func:`_completion_layout`, :func:`_eos_token_ids`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -103,3 +108,31 @@ def concat_rollouts(batches: list[RolloutBatch], pad_token_id: int) -> RolloutBa
         temperatures=torch.cat([b.temperatures for b in batches]),
         sampler_logp=None if recorded[0] is None else torch.cat(recorded),
     )
+
+
+def _eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """EOS ids from the tokenizer and the model's generation config (e.g. Llama-3's <|eot_id|>)."""
+    ids = {tokenizer.eos_token_id}
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
+    ids.discard(None)
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation config has an EOS token")
+    return sorted(ids)
+
+
+def _completion_layout(
+    completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mask up to and including the first EOS; re-pad after it.
+
+    Returns (completion_ids, completion_mask, lengths, truncated). Works when pad == EOS.
+    """
+    width = completion_ids.shape[1]
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
+    truncated = ~is_eos.any(dim=1)
+    first_eos = is_eos.int().argmax(dim=1)
+    lengths = torch.where(truncated, torch.full_like(first_eos, width), first_eos + 1)
+    positions = torch.arange(width, device=completion_ids.device)
+    completion_mask = positions[None, :] < lengths[:, None]
+    return completion_ids.masked_fill(~completion_mask, pad_id), completion_mask, lengths, truncated

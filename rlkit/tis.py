@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from rlkit.engines import get_engine
 from rlkit.losses import Loss, LossContext, LossOutput, Wrapper
 
 DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_clip_max
@@ -38,8 +39,6 @@ DEFAULT_TIS_CAP = 3.0  # TRL 1.16's vllm_importance_sampling_clip_max
 # policy; a correct sampler's is orders of magnitude below (bf16 LoRA and the static loop: about
 # 1e-3, benchmarks/README.md's gate on the CPU)
 DEFAULT_TIS_TRIPWIRE = 0.5
-# Engines whose sampling forward is the training model's own (HF generate): no correction.
-SAME_FORWARD_ENGINES = ("hf",)
 
 
 def resolve_tis_cap(
@@ -53,7 +52,7 @@ def resolve_tis_cap(
     always (on the HF path the weights are then 1 up to kernel noise).
     """
     if tis_cap == "auto":
-        same = engine in SAME_FORWARD_ENGINES and generation_copy == "none"
+        same = get_engine(engine).same_forward and generation_copy == "none"
         return None if same else DEFAULT_TIS_CAP
     if tis_cap == "off":
         return None

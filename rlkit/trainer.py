@@ -189,9 +189,8 @@ class Trainer:
         )
         # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
         # and, on the HF paths, over the rollouts' weights (collector.sampling_weights)
-        self.eval_engine = self.collector.engine or (
-            "hf_static" if cfg.rollout.engine == "hf_static" else "hf"
-        )
+        # (no engine object: an in-process engine, named by rollout.engine)
+        self.eval_engine = self.collector.engine or cfg.rollout.engine
         self.forward = PolicyForward(
             self.policy, cfg, self.phases, self.parallel, share_prompts=self.passes.share_prompts
         )

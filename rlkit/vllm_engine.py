@@ -44,8 +44,7 @@ import torch
 from packaging.version import Version
 
 from rlkit.models.loading import Policy
-from rlkit.rollout import _completion_layout, _eos_token_ids
-from rlkit.rollout_batch import RolloutBatch
+from rlkit.rollout_batch import RolloutBatch, _completion_layout, _eos_token_ids
 
 SUPPORTED_VLLM = (Version("0.10.2"), Version("0.34"))  # [low, high): pyproject's two extras
 BNB_PLUGIN_VLLM = Version("0.28")  # from this vLLM on, bitsandbytes is a plugin's
