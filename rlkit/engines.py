@@ -43,7 +43,6 @@ class Engine(Protocol):
     # (``rollout.sampling_stream=prompt``)
     batches_rows_itself: ClassVar[bool]
     own_weights: ClassVar[bool]  # samples with its own copy of the weights (not a generation copy)
-    needs_cuda: ClassVar[bool]
     # the rollout setting holding the engine's share of the GPU, which the memory plan keeps
     # out of training's budget (None: it shares training's)
     gpu_share: ClassVar[str | None]
@@ -107,7 +106,6 @@ class _Base:
     compiles_step: ClassVar[bool] = False
     batches_rows_itself: ClassVar[bool] = False
     own_weights: ClassVar[bool] = False
-    needs_cuda: ClassVar[bool] = False
     gpu_share: ClassVar[str | None] = None
     label: ClassVar[str] = ""
     decode = None
@@ -170,7 +168,6 @@ class VLLMEngineEntry(_Base):
 
     batches_rows_itself = True
     own_weights = True
-    needs_cuda = True
     gpu_share = "vllm_memory"
     label = "vLLM"
 

@@ -34,7 +34,7 @@ def test_declared_capabilities():
     assert hf.same_forward and not static.same_forward and not vllm.same_forward
     assert not hf.records_sampler_logp and static.records_sampler_logp
     assert static.fuses_lora and static.compiles_step and not hf.fuses_lora
-    assert vllm.batches_rows_itself and vllm.own_weights and vllm.needs_cuda
+    assert vllm.batches_rows_itself and vllm.own_weights
     assert vllm.gpu_share == "vllm_memory" and hf.gpu_share is None
     assert vllm.decode is None and vllm.build is not None
     assert hf.build is None and static.build is None
