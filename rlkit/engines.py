@@ -21,8 +21,6 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from rlkit.static_decode import static_generate
-
 ENGINES: dict[str, type] = {}  # rollout.engine name → Engine entry
 
 
@@ -150,6 +148,9 @@ class StaticEngine(_Base):
     def decode(
         model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id, options, compile_step
     ):
+        # imported here: choosing an engine (the config's checks) must not load transformers
+        from rlkit.static_decode import static_generate
+
         return static_generate(
             model,
             input_ids,

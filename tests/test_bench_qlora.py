@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import rlkit.engines
+import rlkit.static_decode
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_qlora_8b.py"
 
@@ -119,13 +119,13 @@ def test_an_engine_whose_tokens_come_one_position_late_is_wrong_and_not_timed(
     recorded wrong with the rows that differ, none of its steps runs, and the script exits
     non-zero."""
     bench = load_bench()
-    decode = rlkit.engines.static_generate
+    decode = rlkit.static_decode.static_generate
 
     def one_late(*args, **kwargs):
         tokens, logp = decode(*args, **kwargs)
         return torch.cat([tokens[:, :1], tokens[:, :-1]], dim=1), logp
 
-    monkeypatch.setattr(rlkit.engines, "static_generate", one_late)
+    monkeypatch.setattr(rlkit.static_decode, "static_generate", one_late)
     with pytest.raises(SystemExit, match="wrong .*: rows=16 rollout.engine=hf_static$"):
         bench.main(tiny_args(tmp_path, "rows=16 rollout.engine=hf_static"))
     report = json.loads((tmp_path / "out" / "results.json").read_text())

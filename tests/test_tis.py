@@ -168,7 +168,7 @@ def test_a_sampler_that_draws_from_another_policy_stops_the_run_keeping_the_last
     """loss.tis_tripwire (auto: 0.5 nats): from the second step on the static loop's recorded
     log-probs are made 1 nat off, as a sampler drawing from another policy's; the run stops at
     step 2 naming the mismatch, before step 2 is logged or checkpointed."""
-    import rlkit.engines
+    import rlkit.static_decode
     from rlkit.cli import main
     from tests.test_trainer import tiny_overrides
 
@@ -179,7 +179,7 @@ def test_a_sampler_that_draws_from_another_policy_stops_the_run_keeping_the_last
         calls.append(logp is not None)  # sampling calls (evaluation decodes greedily)
         return tokens, (logp if logp is None or sum(calls) == 1 else logp - 1.0)
 
-    monkeypatch.setattr(rlkit.engines, "static_generate", broken_after_the_first_step)
+    monkeypatch.setattr(rlkit.static_decode, "static_generate", broken_after_the_first_step)
     overrides = ["rollout.engine=hf_static", "steps=3", "checkpoint_every=1", "eval.at_start=false"]
     assert main(["train", *tiny_overrides(tmp_path, tiny_model_dir, *overrides)]) == 2
     err = capsys.readouterr().err
