@@ -137,7 +137,9 @@ def test_online_dpo_trains_from_the_cli(tmp_path):
     check_pair_counts(rows, 8)
     first = rows[1]
     assert first["loss"] == pytest.approx(math.log(2), rel=1e-6)
-    assert first["rewards/chosen"] == 0.0 and first["rewards/margins"] == 0.0
+    # π_θ = π_ref at the first update: 0 up to float32 rounding (3.5e-8 at two threads under
+    # the portable kernels, where the policy's and the reference's passes split their work apart)
+    assert abs(first["rewards/chosen"]) < 1e-6 and abs(first["rewards/margins"]) < 1e-6
     assert all(r["beta"] == 0.2 and r["dpo/replayed"] == 0.0 for r in rows[1:])
     generated = [r["tokens/generated"] for r in rows[1:]]
     assert generated[0] < generated[1] < generated[2]
