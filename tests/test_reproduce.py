@@ -77,24 +77,52 @@ def test_unknown_arm_seed_or_results_are_named(committed, tmp_path, capsys):
     assert f"results folder {tmp_path / 'none'} does not exist" in capsys.readouterr().err
 
 
-def test_notebooks_full_re_runs_the_committed_headline_runs(monkeypatch):
-    """``make notebooks-full`` re-runs one committed seed of each headline arm under AVX2 kernels,
-    each of them a run of its committed summary, and fails naming a run that does not come back."""
+def test_notebooks_full_re_runs_the_committed_headline_runs(monkeypatch, tmp_path):
+    """``make notebooks-full`` re-runs one committed seed of each headline arm, each of them a
+    run of its committed summary: exactly under the kernels its sweep recorded where they were
+    pinned, within the seeds' spread under AVX2 kernels where they were not (``native``); it
+    fails naming a run that does not come back."""
     from pathlib import Path
 
     from test_notebook_figures import execute_full
 
+    from rlkit.reproduce import recorded_kernels
+
     root = Path(__file__).resolve().parents[1]
+    expected = []
     for name, arm, seed in execute_full.HEADLINE_RUNS:
         summary = json.loads((root / "results" / name / "summary.json").read_text())
         assert any(r["arm"] == arm and str(seed) in r["end_by_seed"] for r in summary["rows"])
+        pinned = recorded_kernels(summary) != "native"
+        expected.append((name, arm, seed, None if pinned else "avx2", pinned))
     calls = []
 
-    def fake(results, arm, seed, kernels):
-        calls.append((results.name, arm, seed, kernels, Path.cwd()))
+    def fake(results, arm, seed, kernels, exact):
+        calls.append((results.name, arm, seed, kernels, exact, Path.cwd()))
         return int(arm == "GRPO")
 
     monkeypatch.setattr("rlkit.reproduce.reproduce", fake)
     assert execute_full.reproduce_headline_runs() == ["22_ebpo GRPO seed 0"]
-    assert [c[:3] for c in calls] == execute_full.HEADLINE_RUNS
-    assert {c[3] for c in calls} == {"avx2"} and {c[4] for c in calls} == {root}
+    assert [c[:5] for c in calls] == expected
+    assert {c[5] for c in calls} == {root}
+
+
+def test_a_sweep_of_pinned_kernels_is_compared_exactly(monkeypatch, tmp_path):
+    """A results folder whose runs recorded the portable kernels is re-run with them and
+    compared exactly; one made before the pins, under AVX2 kernels within the seeds' spread."""
+    from test_notebook_figures import execute_full
+
+    for name, kernels in (("pinned", "portable"), ("old", None)):
+        machine = {"cpu": "x86"} | ({"kernels": kernels} if kernels else {})
+        (tmp_path / name).mkdir()
+        summary = {"preregistration": {"machines": [machine]}}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    calls = []
+    monkeypatch.setattr(execute_full, "RESULTS", tmp_path)
+    monkeypatch.setattr(execute_full, "HEADLINE_RUNS", [("pinned", "A", 0), ("old", "A", 0)])
+    monkeypatch.setattr(
+        "rlkit.reproduce.reproduce",
+        lambda results, arm, seed, kernels, exact: calls.append((results.name, kernels, exact)),
+    )
+    assert execute_full.reproduce_headline_runs() == []
+    assert calls == [("pinned", None, True), ("old", "avx2", False)]
