@@ -470,12 +470,13 @@ class JSPOBase(AdvantageEstimator):
         self.shrinkage, self.eps = shrinkage, eps
 
     def metrics(self, result: AdvantageResult) -> dict:
-        # JSPO-Official's names (ray_trainer: the mean over samples; groups have equal size)
+        # JSPO-Official's trace/js_lambda, trace/v_square, trace/s_square under the method's
+        # prefix (ray_trainer: the mean over samples; groups have equal size)
         d = result.diagnostics
         return {
-            "trace/js_lambda": d["shrinkage"].mean(),
-            "trace/v_square": d["v_square"].mean(),
-            "trace/s_square": d["s_square"].mean(),
+            "jspo/lambda_mean": d["shrinkage"].mean(),
+            "jspo/v_square_mean": d["v_square"].mean(),
+            "jspo/s_square_mean": d["s_square"].mean(),
         }
 
 

@@ -32,6 +32,7 @@ from rlkit.intervals import (
     sign_flip_p_greater,
     t_p_greater,
 )
+from rlkit.metric_names import current_name
 from rlkit.metrics import is_logged_number
 from rlkit.summary import METRICS, end_by_seed, summary_row
 
@@ -230,7 +231,8 @@ def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
                     f"{where}[{i}]: acts_if must be '<op> <number>' with op one of "
                     f"{list(COMPARISONS)} (e.g. '> 0.01'), got {acts_if!r}"
                 )
-            checks[arm].append(ManipulationCheck(metric, acts_if))
+            # a spec written before a rename names the metric's old key (docs/algorithms.md §5)
+            checks[arm].append(ManipulationCheck(current_name(metric), acts_if))
     return checks
 
 

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from rlkit.metric_names import current_names
+
 TOKEN_KEYS = ("tokens/generated", "tokens/probe")  # run totals, logged every step
 
 
@@ -51,7 +53,9 @@ class MetricsLogger:
             )
 
     def truncate_after(self, step: int) -> None:
-        """Keep the rows up to ``step``; a line cut short by a crash mid-write is dropped too."""
+        """Keep the rows up to ``step``, their keys under today's names (a run checkpointed
+        before a rename resumes into one file of one scheme); a line cut short by a crash
+        mid-write is dropped too."""
         lines = self.path.read_text().splitlines() if self.path.exists() else []
         rows = []
         for line in lines:
@@ -60,7 +64,9 @@ class MetricsLogger:
             except json.JSONDecodeError:
                 continue
         kept = [
-            json.dumps(r) for r in rows if isinstance(r, dict) and r.get("step", step + 1) <= step
+            json.dumps(current_names(r))
+            for r in rows
+            if isinstance(r, dict) and r.get("step", step + 1) <= step
         ]
         self.path.write_text("".join(line + "\n" for line in kept))
 
@@ -80,7 +86,9 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path | str) -> list[dict]:
-    """All rows of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl``). A line that is not
+    """All rows of a ``metrics.jsonl`` file (or of ``RUN_DIR/metrics.jsonl``), keys under today's
+    names (:func:`rlkit.metric_names.current_names`: a run logged before a rename reads as one
+    logged after it). A line that is not
     a JSON object with an integer ``step`` (damaged, or cut short by a crash) is a ValueError
     naming the file and the line, never a row silently lost."""
     path = Path(path)
@@ -102,5 +110,5 @@ def read_metrics(path: Path | str) -> list[dict]:
                 f"{path} line {number} is damaged (not a JSON object with an integer step): "
                 f"{line[:80]!r}"
             )
-        rows.append(row)
+        rows.append(current_names(row))
     return rows

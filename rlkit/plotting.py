@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from rlkit.figure_style import FIGURE_DPI, STYLE
+from rlkit.metric_names import current_names
 from rlkit.metrics import read_metrics
 from rlkit.paths import check_link
 from rlkit.rundir import write_atomically
@@ -73,10 +74,14 @@ def plot_runs(
 ) -> Path:
     """Plot every standard curve that at least one run logged; one line per run.
 
-    ``runs`` maps a label to a run directory (or to already-read metric rows). Noisy per-step
+    ``runs`` maps a label to a run directory (or to already-read metric rows; either may use
+    metric names from before a rename, :mod:`rlkit.metric_names`). Noisy per-step
     curves get a trailing moving average over ``smooth`` steps; evaluation points are drawn as is.
     """
-    data = {label: read_metrics(r) if not isinstance(r, list) else r for label, r in runs.items()}
+    data = {
+        label: [current_names(row) for row in r] if isinstance(r, list) else read_metrics(r)
+        for label, r in runs.items()
+    }
     names = [n for n in STANDARD_CURVES if any(curves(rows, n)[0] for rows in data.values())]
     if not names:
         raise ValueError("none of the runs logged a standard metric")

@@ -41,7 +41,7 @@ def reward_kl_metrics(
     """The KL in the reward (KL_t of eq. 4c.1) averaged three ways over every rank's
     completions (§4c, "Logged"), float64:
 
-    - ``actor/reward_kl_penalty``: verl's number, the mean over completions of each completion's
+    - ``ppo/reward_kl_penalty``: verl's ``actor/reward_kl_penalty``, the mean over completions of each completion's
       token mean (verl's ``apply_kl_penalty``; a completion without real tokens counts 0);
     - ``objective/kl``: TRL's, the mean over completions of each completion's summed KL, which
       is what the adaptive controller reads (eq. 4c.5);
@@ -54,7 +54,7 @@ def reward_kl_metrics(
     row_means = kl64.sum(-1) / m.sum(-1).clamp_min(1.0)
     tokens = dist.all_reduce_sum(m.sum()).clamp_min(1.0)
     return {
-        "actor/reward_kl_penalty": dist.all_reduce_sum(row_means.sum()) / rows,
+        "ppo/reward_kl_penalty": dist.all_reduce_sum(row_means.sum()) / rows,
         # summed in KL's dtype, as the controller's input always was (β unchanged bit for bit)
         "objective/kl": dist.all_reduce_sum((kl * mask).sum().double()) / rows,
         "ppo/kl_token_mean": dist.all_reduce_sum(kl64.sum()) / tokens,
@@ -119,9 +119,10 @@ def clipped_value_loss(
 class ValueLoss(Loss):
     """PPO's value-head term (§4c): ``vf_coef`` times the micro-batch's share of the mini-batch's
     clipped value loss (eq. 4c.4), a token mean over every rank's tokens of the mini-batch, with
-    its shares of ``critic/vf_loss`` and ``critic/vf_clipfrac`` (verl's names)."""
+    its shares of ``loss/value_avg`` and ``val/clipfrac_avg`` (TRL's names; verl's
+    ``critic/vf_loss`` and ``critic/vf_clipfrac``)."""
 
-    metrics = ("critic/vf_loss", "critic/vf_clipfrac")
+    metrics = ("loss/value_avg", "val/clipfrac_avg")
 
     def __init__(self, vf_coef: float, cliprange: float):
         self.vf_coef, self.cliprange = vf_coef, cliprange
@@ -134,7 +135,7 @@ class ValueLoss(Loss):
         total = ctx.mini.tokens.to(loss_tok.dtype)
         loss = (loss_tok * m).sum() / total
         frac = (clipped & m).sum().to(loss_tok.dtype) / total
-        stats = {"critic/vf_loss": loss.detach(), "critic/vf_clipfrac": frac}
+        stats = {"loss/value_avg": loss.detach(), "val/clipfrac_avg": frac}
         return LossOutput(self.vf_coef * loss, stats)
 
 

@@ -32,6 +32,7 @@ import yaml
 from rlkit.claims import ALPHA, ManipulationCheck, claim_verdict
 from rlkit.intervals import holm
 from rlkit.methods import method_switches
+from rlkit.metric_names import current_metric_fields
 from rlkit.summary import summary_row
 
 DEVIATIONS = "deviations.yaml"
@@ -47,7 +48,7 @@ def committed(results: str | Path) -> list[tuple[str, dict, dict]]:
     out = []
     for path in sorted(Path(results).glob("*/summary.json")):
         try:
-            summary = json.loads(path.read_text())
+            summary = current_metric_fields(json.loads(path.read_text()))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path} is not valid JSON ({err}): {RERUN}") from None
         if not isinstance(summary, dict):

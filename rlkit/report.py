@@ -68,6 +68,7 @@ from rlkit.intervals import (
     pooled_mdd,
     seed_interval,
 )
+from rlkit.metric_names import current_metric_fields
 from rlkit.metrics import TOKEN_KEYS, is_logged_number, read_metrics, row_tokens
 from rlkit.paths import check_link
 from rlkit.rundir import saved_config, write_atomically
@@ -633,7 +634,7 @@ def redraw_figures(results_dir: str | Path) -> list[Path]:
     """:func:`draw_summary_figures` of ``results_dir/summary.json`` (``rlkit figures``)."""
     path = Path(results_dir) / "summary.json"
     try:
-        summary = json.loads(path.read_text())
+        summary = current_metric_fields(json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"cannot read {path}: {err}") from None
     if "curves" not in summary:

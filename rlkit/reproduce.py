@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from rlkit.machine import KERNEL_MODES, KERNEL_VARIABLES, MODE_VARIABLE
+from rlkit.metric_names import current_metric_fields
+from rlkit.metrics import read_metrics
 from rlkit.paths import check_exists
 
 
@@ -62,7 +64,7 @@ def committed_run(results: str | Path, arm: str, seed: int, group_size: int | No
     results = Path(results)
     check_exists("results folder", results, folder=True)
     check_exists("summary", results / "summary.json", folder=False)
-    summary = json.loads((results / "summary.json").read_text())
+    summary = current_metric_fields(json.loads((results / "summary.json").read_text()))
     pre = summary.get("preregistration") or {}
     spec_file = pre.get("spec_file")
     if not spec_file:
@@ -127,8 +129,7 @@ def rerun(base: str, overrides: tuple[str, ...], threads: int, kernels: str, out
     overrides = tuple(o for o in overrides if not o.startswith("output_dir="))
     command = [sys.executable, "-m", "rlkit", "train", "--config", base, *overrides]
     subprocess.run([*command, f"output_dir={out}"], env=env, check=True)
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_metrics(out)
 
 
 def reproduce(

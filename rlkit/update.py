@@ -57,7 +57,7 @@ def lr_factor(cfg: TrainConfig) -> Callable[[int], float]:
 
 class StepMeans:
     """Per-optimizer-step sums of named statistics, reported as their mean over the steps taken
-    (``optimizer_steps``); keys keep the order given."""
+    (``update/optimizer_steps``); keys keep the order given."""
 
     def __init__(self, keys: Sequence[str]):
         self.sums = dict.fromkeys(keys, 0.0)
@@ -81,7 +81,7 @@ class StepMeans:
 
     def result(self) -> dict[str, float]:
         n = self.steps
-        return {k: v / max(n, 1) for k, v in self.sums.items()} | {"optimizer_steps": n}
+        return {k: v / max(n, 1) for k, v in self.sums.items()} | {"update/optimizer_steps": n}
 
 
 class NonFiniteGuard:

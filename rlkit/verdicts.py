@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rlkit import reanalysis
 from rlkit.claims import claim_cells, judge_claims
+from rlkit.metric_names import current_metric_fields
 from rlkit.paths import check_exists
 from rlkit.rundir import write_atomically
 from rlkit.sweep import parse_spec
@@ -249,7 +250,7 @@ def check_stated_verdicts(
     summary's per-seed values alone (nothing else decided them); ``stated`` names every claim of
     the summary and no other (none is left unstated); and each stated verdict is the report's.
     Returns the claims judged again, for the notebook to print or check further."""
-    summary = json.loads(Path(summary_path).read_text())
+    summary = current_metric_fields(json.loads(Path(summary_path).read_text()))
     reported = claim_verdicts(summary_path)
     again = judge_claims(
         {k: v for k, v in summary.items() if k != "claims"}, parse_spec(spec_path).claims

@@ -116,7 +116,7 @@ CASES = {
     "agpo": (["agpo.enabled=true", "optim.update_epochs=2"], "clip_ratio/region_mean"),
     "lora": (["model.mode=lora"], "loss"),
     # PPO: whitening and the value loss over the global batch, the head's gradients summed
-    "ppo": (["algo.estimator=ppo", "optim.update_epochs=2"], "critic/vf_loss"),
+    "ppo": (["algo.estimator=ppo", "optim.update_epochs=2"], "loss/value_avg"),
     "fsdp2": (["parallel.strategy=fsdp2"], "loss"),
     # sequence-level losses and the EBPO authors' batch baselines (BNPO's Beta fit and GRPO's
     # batch normalisation read the whole global batch); two epochs, so the ratios move

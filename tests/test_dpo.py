@@ -140,7 +140,7 @@ def test_online_dpo_trains_from_the_cli(tmp_path):
     # π_θ = π_ref at the first update: 0 up to float32 rounding (3.5e-8 at two threads under
     # the portable kernels, where the policy's and the reference's passes split their work apart)
     assert abs(first["rewards/chosen"]) < 1e-6 and abs(first["rewards/margins"]) < 1e-6
-    assert all(r["beta"] == 0.2 and r["dpo/replayed"] == 0.0 for r in rows[1:])
+    assert all(r["dpo/beta"] == 0.2 and r["dpo/replayed"] == 0.0 for r in rows[1:])
     generated = [r["tokens/generated"] for r in rows[1:]]
     assert generated[0] < generated[1] < generated[2]
 
@@ -211,7 +211,7 @@ def test_a_step_without_pairs_logs_and_does_not_update(tmp_path, tiny_model_dir)
     trainer.train()
     row = read_metrics(tmp_path)[1]
     assert row["dpo/pairs"] == 0 and row["dpo/prompts_without_pair"] == 4
-    assert row["optimizer_steps"] == 0
+    assert row["update/optimizer_steps"] == 0
     assert all(row[key] is None for key in ("loss", *DPO_METRICS, "grad_norm"))
     trained = trainer.policy.trainable_parameters()
     assert all(torch.equal(a, b.detach()) for a, b in zip(start, trained, strict=True))
@@ -237,7 +237,7 @@ def test_update_log_probs_are_the_completions_summed_tokens(tmp_path):
     seq = (logp.double() * batch.rollouts.completion_mask).sum(-1)
     assert row["logps/chosen"] == pytest.approx(float(seq[pairs.chosen].mean()), rel=1e-5)
     assert row["logps/rejected"] == pytest.approx(float(seq[pairs.rejected].mean()), rel=1e-5)
-    assert row["optimizer_steps"] == 1
+    assert row["update/optimizer_steps"] == 1
 
 
 @pytest.mark.parametrize("mode", ["online", "offline"])

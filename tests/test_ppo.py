@@ -36,14 +36,14 @@ def test_reward_kl_metrics_hand_example():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
     kl = torch.tensor([[0.1, 0.2, 0.3], [0.6, 9.0, 9.0], [9.0, 9.0, 9.0]], dtype=F64)
     out = reward_kl_metrics(kl, mask)
-    assert list(out) == ["actor/reward_kl_penalty", "objective/kl", "ppo/kl_token_mean"]
-    assert float(out["actor/reward_kl_penalty"]) == pytest.approx((0.2 + 0.6 + 0.0) / 3)
+    assert list(out) == ["ppo/reward_kl_penalty", "objective/kl", "ppo/kl_token_mean"]
+    assert float(out["ppo/reward_kl_penalty"]) == pytest.approx((0.2 + 0.6 + 0.0) / 3)
     assert float(out["objective/kl"]) == pytest.approx((0.6 + 0.6 + 0.0) / 3)
     assert float(out["ppo/kl_token_mean"]) == pytest.approx(1.2 / 4)
     # equal lengths L: the row-sum mean is L times the row-mean mean (§4c: porting a KL target)
     even = reward_kl_metrics(kl[:1].expand(4, 3), mask[:1].expand(4, 3))
-    assert float(even["objective/kl"]) == pytest.approx(3 * float(even["actor/reward_kl_penalty"]))
-    assert float(even["ppo/kl_token_mean"]) == pytest.approx(float(even["actor/reward_kl_penalty"]))
+    assert float(even["objective/kl"]) == pytest.approx(3 * float(even["ppo/reward_kl_penalty"]))
+    assert float(even["ppo/kl_token_mean"]) == pytest.approx(float(even["ppo/reward_kl_penalty"]))
 
 
 def test_gae_hand_example():
@@ -123,13 +123,13 @@ def test_adaptive_kl_hand_example():
 # ------------------------------------------------------------------ the trainer, end to end
 
 PPO_KEYS = (
-    "critic/vf_loss",
-    "critic/vf_clipfrac",
-    "critic/values/mean",
-    "critic/returns/mean",
-    "critic/advantages/mean",
-    "actor/reward_kl_penalty",
-    "actor/reward_kl_penalty_coeff",
+    "loss/value_avg",
+    "val/clipfrac_avg",
+    "ppo/values_mean",
+    "ppo/returns_mean",
+    "ppo/advantages_mean",
+    "ppo/reward_kl_penalty",
+    "objective/kl_coef",
     "objective/kl",
     "ppo/kl_token_mean",
 )
@@ -218,7 +218,7 @@ def test_adaptive_kl_ppo_resume_continues_the_identical_run(tmp_path, tiny_model
     Trainer(interrupted, resume=True).train()
     expected = without_timings(read_metrics(tmp_path / "straight"))
     assert without_timings(read_metrics(tmp_path / "resumed")) == expected
-    betas = [r["actor/reward_kl_penalty_coeff"] for r in expected[1:]]
+    betas = [r["objective/kl_coef"] for r in expected[1:]]
     assert betas[0] == 0.5 and len(set(betas)) == len(betas)  # β moved every step
     assert saved["value"] == betas[2]  # the β step 3 used, saved after step 2
 
@@ -277,6 +277,6 @@ def test_value_loss_is_a_token_mean_over_the_mini_batch(tmp_path, tiny_model_dir
     batch = seen[0]
     mask = batch.rollouts.completion_mask
     expected = masked_mean(0.5 * (batch.old.values - batch.returns) ** 2, mask)
-    assert row["critic/vf_loss"] == pytest.approx(float(expected), rel=1e-5)
-    assert row["critic/vf_clipfrac"] == 0.0
+    assert row["loss/value_avg"] == pytest.approx(float(expected), rel=1e-5)
+    assert row["val/clipfrac_avg"] == 0.0
     assert batch.advantages.shape == mask.shape

@@ -348,7 +348,7 @@ def test_trains_end_to_end_and_logs_its_clip_metrics(tmp_path, tiny_model_dir, m
     rows = read_metrics(tmp_path)[1:]
     assert len(rows) == 2
     for row in rows:
-        assert math.isfinite(row["loss"]) and row["optimizer_steps"] == 2
+        assert math.isfinite(row["loss"]) and row["update/optimizer_steps"] == 2
         for key in ("low", "high", "region"):
             assert 0 <= row[f"clip_ratio/{key}_mean"] <= 1
         assert row["clip_ratio/region_mean"] > 0

@@ -62,7 +62,7 @@ def test_train_batch_select_indexes_every_row_field_alike():
 
 def test_step_means_keep_their_key_order_and_average_over_optimizer_steps():
     means = StepMeans(["loss", "grad_norm"])
-    assert means.result() == {"loss": 0.0, "grad_norm": 0.0, "optimizer_steps": 0}
+    assert means.result() == {"loss": 0.0, "grad_norm": 0.0, "update/optimizer_steps": 0}
     for loss in (1.0, 3.0):
         means.add("grad_norm", 2.0)
         means.add("loss", loss)
@@ -70,7 +70,7 @@ def test_step_means_keep_their_key_order_and_average_over_optimizer_steps():
     assert list(means.result().items()) == [
         ("loss", 2.0),
         ("grad_norm", 2.0),
-        ("optimizer_steps", 2),
+        ("update/optimizer_steps", 2),
     ]
 
 

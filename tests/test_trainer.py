@@ -54,7 +54,7 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
         for key in ("reward", "frac_reward_zero_std", "entropy", "advantages/std"):
             assert row[key] is not None and math.isfinite(row[key]), key
         # a gradient norm exactly where an optimizer step ran (DPO skips a step without pairs)
-        stepped = row["optimizer_steps"] > 0
+        stepped = row["update/optimizer_steps"] > 0
         assert stepped == (row["grad_norm"] is not None and math.isfinite(row["grad_norm"]))
         assert stepped or estimator == "dpo"
         # β = 0: no reference pass, no kl metric; PPO's reward KL (ppo.kl_coef) needs π_ref
@@ -62,8 +62,8 @@ def test_every_estimator_trains_end_to_end(tmp_path, tiny_model_dir, estimator):
     if estimator == "ebpo":
         assert 0.0 <= rows[-1]["ebpo/shrinkage_mean"] <= 1.0
     if estimator.startswith("jspo"):  # JSPO-Official's metric names
-        assert 0.0 <= rows[-1]["trace/js_lambda"] <= 1.0
-        assert rows[-1]["trace/v_square"] >= 0.0 and rows[-1]["trace/s_square"] >= 0.0
+        assert 0.0 <= rows[-1]["jspo/lambda_mean"] <= 1.0
+        assert rows[-1]["jspo/v_square_mean"] >= 0.0 and rows[-1]["jspo/s_square_mean"] >= 0.0
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000002"
 
 
@@ -143,13 +143,13 @@ class FailingScorer:
 def test_reward_failures_count_every_scoring_call_of_the_step(
     tmp_path, tiny_model_dir, overrides, calls
 ):
-    """``reward_failures`` is the step's count of rewards that raised or timed out, wherever they
-    were scored: the probe's too, whether or not its groups are trained on."""
+    """``rollout/reward_failures`` is the step's count of rewards that raised or timed out,
+    wherever they were scored: the probe's too, whether or not its groups are trained on."""
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, *overrides))
     trainer.collector.scorer.close()
     trainer.collector.scorer = FailingScorer()
     try:
-        assert [trainer.step()["reward_failures"] for _ in range(2)] == [calls, calls]
+        assert [trainer.step()["rollout/reward_failures"] for _ in range(2)] == [calls, calls]
     finally:
         trainer.close()
 
@@ -258,8 +258,8 @@ def test_nonfinite_loss_is_skipped_then_stops(tmp_path, tiny_model_dir, monkeypa
     monkeypatch.setattr(vanilla, "fn", nan_on_first_call)
     Trainer(make_config(tmp_path / "once", tiny_model_dir, "steps=2")).train()
     rows = read_metrics(tmp_path / "once")
-    assert (rows[1]["nonfinite_skips"], rows[1]["optimizer_steps"]) == (1, 0)
-    assert (rows[2]["nonfinite_skips"], rows[2]["optimizer_steps"]) == (1, 1)
+    assert (rows[1]["update/nonfinite_skips"], rows[1]["update/optimizer_steps"]) == (1, 0)
+    assert (rows[2]["update/nonfinite_skips"], rows[2]["update/optimizer_steps"]) == (1, 1)
 
     def always_nan(*args):
         out = real(*args)

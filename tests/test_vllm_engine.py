@@ -268,7 +268,7 @@ def test_a_training_step_runs_on_vllm_rollouts(tmp_path, tiny_model_dir, fake_vl
     llm.script = [([digits[i], digits[(i * 3) % 10], eos], "stop") for i in range(10)]
     metrics = trainer.step()
     assert len(llm.calls) == 1 and len(llm.calls[0][0]) == 8
-    assert metrics["completions/mean_length"] == 3.0 and metrics["optimizer_steps"] == 1
+    assert metrics["completions/mean_length"] == 3.0 and metrics["update/optimizer_steps"] == 1
     # TIS is on by default with vLLM: the fake's log-probs are not the policy's, so it acts
     assert applied_cap(trainer.update.loss) == 3.0
     assert metrics["sampling/sampling_logp_difference/mean"] > 0

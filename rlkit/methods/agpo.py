@@ -184,12 +184,12 @@ class AGPO(Method):
         out = summary("agpo/temperature", gather(groups.temperatures))
         if self.adaptive_temperature:  # the controller ran in groups this step
             out |= {
-                "agpo/U": self.temperature_ctl.last_u.mean(),
-                "agpo/U_bar": self.temperature_ctl.u_bar,
+                "agpo/uncertainty_mean": self.temperature_ctl.last_u.mean(),
+                "agpo/uncertainty_ema": self.temperature_ctl.u_bar,
             }
-        out["agpo/H"] = gather(groups.per_prompt(old.entropy)).mean()
+        out["agpo/entropy_mean"] = gather(groups.per_prompt(old.entropy)).mean()
         if self.adaptive_clip:
-            out["agpo/H_ref"] = self.clip_ctl.entropy_ref.value
+            out["agpo/entropy_ref"] = self.clip_ctl.entropy_ref.value
             out |= summary("agpo/epsilon", self.clip_ctl.last_eps)
         return out
 

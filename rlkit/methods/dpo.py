@@ -104,7 +104,7 @@ class DPO(Method):
             "dpo/pairs": len(self.pairs),
             "dpo/prompts_without_pair": self.pairs.prompts_without_pair,
             "dpo/replayed": float(replayed),
-            "beta": self.dpo.beta,
+            "dpo/beta": self.dpo.beta,
         }
 
     def state_dict(self) -> dict:

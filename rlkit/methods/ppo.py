@@ -81,12 +81,12 @@ class PPO(Method):
             advantages = whiten(advantages, mask, self.dist)
         rows = self.dist.all_reduce_sum(torch.tensor(float(len(batch)), dtype=torch.float64))
         metrics = {
-            "critic/score/mean": self.dist.all_reduce_sum(batch.advantages.double().sum()) / rows,
-            "critic/rewards/mean": self.dist.all_reduce_sum(rewards.sum()) / rows,
-            "critic/advantages/mean": self.global_mean(advantages, mask),
-            "critic/returns/mean": self.global_mean(returns, mask),
-            "critic/values/mean": self.global_mean(old.values, mask),
-            "actor/reward_kl_penalty_coeff": beta,
+            "objective/scores": self.dist.all_reduce_sum(batch.advantages.double().sum()) / rows,
+            "objective/rlhf_reward": self.dist.all_reduce_sum(rewards.sum()) / rows,
+            "ppo/advantages_mean": self.global_mean(advantages, mask),
+            "ppo/returns_mean": self.global_mean(returns, mask),
+            "ppo/values_mean": self.global_mean(old.values, mask),
+            "objective/kl_coef": beta,
         }
         if kl is not None:  # the controller reads TRL's KL: each row's summed KL, mean over rows
             metrics |= reward_kl_metrics(kl, mask, self.dist)

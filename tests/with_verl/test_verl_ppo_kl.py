@@ -53,7 +53,7 @@ def test_rewards_and_reward_kl_penalty_are_verls(lengths):
     torch.testing.assert_close(ours, rewards, rtol=0, atol=1e-15)
     kl = reward_kl_metrics(old - ref, mask)
     assert metrics["actor/reward_kl_penalty"] == pytest.approx(
-        float(kl["actor/reward_kl_penalty"]), rel=1e-7
+        float(kl["ppo/reward_kl_penalty"]), rel=1e-7
     )  # verl's row mean divides by (tokens + 1e-8)
     assert metrics["actor/reward_kl_penalty_coeff"] == 0.3
     if len(set(lengths)) > 1:  # the token mean over all tokens is another number
