@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from rlkit.intervals import (
-    format_difference_points,
+    BOUNDS,
+    Interval,
     format_points,
     holm,
     mean_ci,
@@ -411,9 +412,9 @@ def _test_claim(summary: dict, claim: Claim) -> dict:
         if rows[claim.arm] is None
         else rows[claim.arm]["group_size"],
         "seeds": [int(s) for s in seeds],
-        "arm_end": seed_interval([arm[s] for s in seeds]) if seeds else None,
-        "vs_end": seed_interval([vs[s] for s in seeds]) if seeds else None,
-        "difference": seed_interval(d.tolist()) if seeds else None,
+        "arm_end": seed_interval([arm[s] for s in seeds]).to_json() if seeds else None,
+        "vs_end": seed_interval([vs[s] for s in seeds]).to_json() if seeds else None,
+        "difference": seed_interval(d.tolist()).to_json() if seeds else None,
         "ci90": None,
         "mdd": paired_mdd(d.tolist()),
         "p_t": None,
@@ -425,8 +426,7 @@ def _test_claim(summary: dict, claim: Claim) -> dict:
     usable = margin is not None and margin > 0
     if len(d) < 2 or (claim.test != "superiority" and not usable):
         return result
-    ci90 = mean_ci(d, level=0.90)
-    result["ci90"] = {"low": float(ci90.low), "high": float(ci90.high)}
+    result["ci90"] = mean_ci(d, level=0.90).to_json(BOUNDS)
     if claim.test == "equivalence":
         sides = [d + margin, margin - d]  # H0 μ ≤ −margin, H0 μ ≥ margin
     else:
@@ -447,21 +447,20 @@ def claim_verdict(r: dict) -> str:
     interval and margin: the rules that judge_claims states."""
     if len(r["seeds"]) < 2:
         return "not testable (fewer than 2 paired seeds)"
-    margin, ci90 = r["margin"], r["ci90"]
+    margin, ci90 = r["margin"], r["ci90"] and Interval.from_json(r["ci90"])
     if r["test"] == "superiority":
         if r["p_holm"] < ALPHA:
             return "reproduced"
         if r["p_holm_other"] < ALPHA:
             return "contradicted"
-        if margin is not None and margin > 0 and -margin < ci90["low"] <= ci90["high"] < margin:
+        if margin is not None and margin > 0 and ci90.within(margin):
             return "not reproduced"
         return "inconclusive"
     if ci90 is None:
         return f"not testable (margin {margin * 100:.2f} points is not positive)"
     if r["test"] == "equivalence":
-        inside = -margin < ci90["low"] and ci90["high"] < margin
-        return "equivalent" if inside else "not shown equivalent"
-    bound = ci90["low"] if r["direction"] > 0 else -ci90["high"]
+        return "equivalent" if ci90.within(margin) else "not shown equivalent"
+    bound = ci90.low if r["direction"] > 0 else -ci90.high
     return "non-inferior" if bound > -margin else "not shown non-inferior"
 
 
@@ -471,7 +470,8 @@ def _p(value: float | None) -> str:
 
 def claim_cells(c: dict) -> dict[str, str]:
     """One judged claim's (:func:`judge_claims`) cells as summary.md and docs/results.md's verdict
-    table (:mod:`rlkit.verdicts`) print them: differences, margins and MDDs in points."""
+    table (:mod:`rlkit.verdicts`) print them: differences and their 90% intervals, margins and MDDs
+    in points."""
     margin = "—" if c["margin"] is None else f"{c['margin'] * 100:.2f}"
     if c["margin_rule"]:
         margin += f" ({c['margin_rule']})"
@@ -482,7 +482,10 @@ def claim_cells(c: dict) -> dict[str, str]:
         "metric": c["metric"].removeprefix("eval/")
         + ("" if c.get("measure", "end") == "end" else f" ({c['measure']})"),
         "seeds": str(len(c["seeds"])),
-        "d": "—" if c["difference"] is None else format_difference_points(c["difference"]),
+        "d": "—"
+        if c["difference"] is None
+        else Interval.from_json(c["difference"]).difference_points(),
+        "ci90": "—" if c["ci90"] is None else Interval.from_json(c["ci90"]).bounds_points(),
         "margin": margin,
         "p_exact": exact,
         "p_holm": _p(c.get("p_holm")),
@@ -508,14 +511,13 @@ def claims_markdown(claims: list[dict]) -> list[str]:
     ]
     for c in claims:
         cell = claim_cells(c)
-        ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
         mdd = cell["mdd"]
         if c["planned_mdd"] is not None:
             mdd += f" ({cell['planned_mdd']} from {c['planned_from']})"
         lines.append(
             f"| {c['name']} | {c['family']} | {cell['test']} | {cell['pair']} "
             f"| {cell['metric']} | {c['group_size']} "
-            f"| {cell['seeds']} | {cell['d']} | {ci90 or '—'} | {cell['margin']} "
+            f"| {cell['seeds']} | {cell['d']} | {cell['ci90']} | {cell['margin']} "
             f"| {_p(c['p_t'])} | {cell['p_exact']} | {cell['p_holm']} | {mdd} | {c['verdict']} |"
         )
     sources = [f"- {c['name']}: {c['source']}" for c in claims if c["source"]]

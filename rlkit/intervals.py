@@ -2,9 +2,11 @@
 minimum difference a paired comparison can detect, and the one-sided p-values and multiplicity
 correction of the pre-registered tests (:mod:`rlkit.claims`).
 
-An :class:`Interval` is the computed one; a summary (``rlkit report``'s ``summary.json``) keeps
-its JSON form, ``{"mean", "low", "high"}`` (:func:`seed_interval`; low = high = None without an
-interval), which :func:`format_interval_points` and :func:`format_difference_points` print."""
+One type, :class:`Interval`, holds them all: computed (:func:`mean_ci`, arrays allowed), over a
+summary's seeds (:func:`seed_interval`: low = high = None without an interval), or read back from
+a summary (``rlkit report``'s ``summary.json``), whose JSON form ``{"mean", "low", "high"}`` it
+writes (:meth:`Interval.to_json`) and reads (:meth:`Interval.from_json`) and prints in points
+(:meth:`Interval.points`, :meth:`Interval.difference_points`)."""
 
 from __future__ import annotations
 
@@ -14,21 +16,66 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _scipy_stats
 
+JSON_KEYS = ("mean", "low", "high")  # an interval in a summary.json, in this order
+BOUNDS = ("low", "high")  # a claim's 90% interval (its mean is the difference's)
+
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean with its standard error and a two-sided t confidence interval."""
+    """A mean with its standard error and a two-sided t confidence interval, scalars or arrays
+    (one interval per element). Without an interval (fewer than 2 values) low = high = None;
+    read back from a summary it has no standard error (None), and a claim's 90% interval, stored
+    as its bounds alone, no mean."""
 
-    mean: float | np.ndarray
-    se: float | np.ndarray
-    low: float | np.ndarray
-    high: float | np.ndarray
+    mean: float | np.ndarray | None
+    se: float | np.ndarray | None = None
+    low: float | np.ndarray | None = None
+    high: float | np.ndarray | None = None
 
     def __str__(self) -> str:
         return f"{self.mean:.4g} [{self.low:.4g}, {self.high:.4g}]"
 
     def contains(self, value) -> bool | np.ndarray:
         return (self.low <= value) & (value <= self.high)
+
+    def within(self, margin: float) -> bool:
+        """The interval strictly inside ±margin (TOST's reading of a 90% interval)."""
+        return -margin < self.low and self.high < margin
+
+    def to_json(self, keys: tuple[str, ...] = JSON_KEYS) -> dict:
+        """The summary.json form of a scalar interval: ``keys`` as floats, None where there is no
+        interval (a summary keeps no standard error)."""
+        return {
+            key: None if getattr(self, key) is None else float(getattr(self, key)) for key in keys
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Interval:
+        """An interval of a summary.json (:meth:`to_json`'s form; other keys, such as a paired
+        difference's mdd and p, are left out); a ValueError names a missing bound."""
+        missing = [key for key in BOUNDS if key not in data]
+        if missing:
+            raise ValueError(f"an interval needs {missing[0]!r}, got keys {sorted(data)}")
+        return cls(data.get("mean"), None, data["low"], data["high"])
+
+    def points(self, scale: float = 100.0) -> str:
+        """``mean [low, high]`` in points (``mean [n/a]`` without an interval, the mean alone for
+        identical values)."""
+        if self.low is None:
+            return f"{self.mean * scale:.1f} [n/a]"
+        if self.low == self.high:
+            return f"{self.mean * scale:.1f}"
+        return f"{self.mean * scale:.1f} [{self.low * scale:.1f}, {self.high * scale:.1f}]"
+
+    def bounds_points(self, scale: float = 100.0) -> str:
+        """``[low, high]`` of a difference, signed, in points (``[n/a]`` without an interval)."""
+        if self.low is None:
+            return "[n/a]"
+        return f"[{self.low * scale:+.1f}, {self.high * scale:+.1f}]"
+
+    def difference_points(self, scale: float = 100.0) -> str:
+        """``mean [low, high]`` of a difference, signed, in points."""
+        return f"{self.mean * scale:+.1f} {self.bounds_points(scale)}"
 
 
 def mean_ci(samples, axis: int = 0, level: float = 0.95) -> Interval:
@@ -122,32 +169,16 @@ def holm(pvalues: list[float]) -> list[float]:
     return adjusted
 
 
-def seed_interval(values: list[float]) -> dict:
-    """mean, low, high of a 95% interval over seeds; low = high = None under 2 seeds (no
+def seed_interval(values: list[float]) -> Interval:
+    """The 95% interval over seeds that a summary keeps: low = high = None under 2 seeds (no
     interval), low = high = mean for identical values."""
     if len(values) < 2:
-        return {"mean": float(np.mean(values)), "low": None, "high": None}
+        return Interval(float(np.mean(values)))
     if len(set(values)) < 2:
         mean = float(np.mean(values))
-        return {"mean": mean, "low": mean, "high": mean}
+        return Interval(mean, 0.0, mean, mean)
     ci = mean_ci(values)
-    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high)}
-
-
-def format_interval_points(ci: dict, scale: float = 100.0) -> str:
-    """A summary's interval as ``mean [low, high]`` in points (``n/a`` without an interval)."""
-    if ci["low"] is None:
-        return f"{ci['mean'] * scale:.1f} [n/a]"
-    if ci["low"] == ci["high"]:
-        return f"{ci['mean'] * scale:.1f}"
-    return f"{ci['mean'] * scale:.1f} [{ci['low'] * scale:.1f}, {ci['high'] * scale:.1f}]"
-
-
-def format_difference_points(ci: dict, scale: float = 100.0) -> str:
-    """A summary's interval of a difference, signed, in points."""
-    if ci["low"] is None:
-        return f"{ci['mean'] * scale:+.1f} [n/a]"
-    return f"{ci['mean'] * scale:+.1f} [{ci['low'] * scale:+.1f}, {ci['high'] * scale:+.1f}]"
+    return Interval(float(ci.mean), float(ci.se), float(ci.low), float(ci.high))
 
 
 def format_points(value: float | None) -> str:
@@ -164,16 +195,16 @@ def paired_mdd(differences: list[float]) -> float | None:
 
 
 def paired_stats(differences: list[float]) -> dict:
-    """Per-seed paired differences → mean, 95% interval, MDD and the two-sided p-value of a
-    one-sample t-test against 0 (identical differences: 1 if they are all 0, else 0; a single
-    seed: None, like the interval)."""
+    """Per-seed paired differences → the JSON form of their 95% interval (:func:`seed_interval`)
+    with the MDD and the two-sided p-value of a one-sample t-test against 0 (identical
+    differences: 1 if they are all 0, else 0; a single seed: None, like the interval)."""
     if len(differences) < 2:
         p = None
     elif len(set(differences)) > 1:
         p = float(_scipy_stats.ttest_1samp(differences, 0.0).pvalue)
     else:
         p = 1.0 if differences[0] == 0 else 0.0
-    return seed_interval(differences) | {"mdd": paired_mdd(differences), "p": p}
+    return seed_interval(differences).to_json() | {"mdd": paired_mdd(differences), "p": p}
 
 
 def pooled_mdd(groups: list[list[float]], num_seeds: int) -> float | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from rlkit.claims import ALPHA, ManipulationCheck, claim_verdict
-from rlkit.intervals import holm
+from rlkit.intervals import Interval, holm
 from rlkit.methods import method_switches
 from rlkit.metric_names import current_metric_fields
 from rlkit.summary import summary_row
@@ -103,7 +103,7 @@ def equivalent(claim: dict) -> bool | None:
     margin, ci90 = claim["margin"], claim["ci90"]
     if ci90 is None or margin is None or margin <= 0:
         return None
-    return -margin < ci90["low"] and ci90["high"] < margin
+    return Interval.from_json(ci90).within(margin)
 
 
 def gain_share(summary: dict, claim: dict) -> float | None:

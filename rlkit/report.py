@@ -59,8 +59,7 @@ from rlkit.claims import (
     preregistered,
 )
 from rlkit.intervals import (
-    format_difference_points,
-    format_interval_points,
+    Interval,
     format_points,
     mean_ci,
     paired_mdd,
@@ -310,7 +309,7 @@ def _shift_summary(seeds: dict, base: dict, metric: str, shift_step: int) -> dic
     shift = {"step": shift_step, "seeds": {str(sd): v for sd, v in per_seed.items()}}
     base_rec = {sd: shift_recovery(rs, metric, shift_step) for sd, rs in base.items()}
     for key in ("dip", "reward_after"):
-        shift[key] = seed_interval([v[key] for v in per_seed.values()])
+        shift[key] = seed_interval([v[key] for v in per_seed.values()]).to_json()
         if base_rec:
             pairs = [per_seed[sd][key] - rec[key] for sd, rec in base_rec.items()]
             shift[f"{key}_vs_baseline"] = paired_stats(pairs)
@@ -344,11 +343,11 @@ def summarize(manifest: dict, runs: dict, eval_sizes: dict) -> list[dict]:
                     "group_size": g,
                     "metric": name,
                     "seeds": sorted(seeds),
-                    "start": seed_interval(list(start.values())),
-                    "end": seed_interval(list(end.values())),
+                    "start": seed_interval(list(start.values())).to_json(),
+                    "end": seed_interval(list(end.values())).to_json(),
                     "end_by_seed": {str(sd): float(v) for sd, v in sorted(end.items())},
-                    "gain": seed_interval([end[s] - start[s] for s in seeds]),
-                    "vs_baseline": seed_interval(diff) if diff else None,
+                    "gain": seed_interval([end[s] - start[s] for s in seeds]).to_json(),
+                    "vs_baseline": seed_interval(diff).to_json() if diff else None,
                     "vs_baseline_seeds": common,
                     "mdd": paired_mdd(diff),
                     "eval_problems": n,
@@ -421,7 +420,7 @@ def step_band(series: list[dict[int, float]]) -> dict:
     and high of a 95% t-interval over the series (:func:`_ci`: low = high = None under 2 seeds).
     A step some seed did not log is left out, never filled in from another step."""
     steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
-    bands = [seed_interval([s[step] for s in series]) for step in steps]
+    bands = [seed_interval([s[step] for s in series]).to_json() for step in steps]
     return {"steps": steps} | {key: [b[key] for b in bands] for key in ("mean", "low", "high")}
 
 
@@ -689,6 +688,11 @@ def curves_markdown(summary: dict) -> list[str]:
     return lines + [""]
 
 
+def _points(ci: dict | None) -> str:
+    """A summary's interval (its JSON form) in points, ``—`` where there is none."""
+    return "—" if ci is None else Interval.from_json(ci).points()
+
+
 def markdown(summary: dict, missing: dict[str, str]) -> str:
     """summary.md: the arms table, the MDD, the task shift's table, the pre-registered claims
     (when the spec has any) and the runs left out, with why."""
@@ -713,11 +717,10 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        vs = format_interval_points(r["vs_baseline"]) if r["vs_baseline"] else "—"
         lines.append(
             f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
-            f"| {len(r['seeds'])} | {format_interval_points(r['start'])} | {format_interval_points(r['end'])} | {format_interval_points(r['gain'])} "
-            f"| {vs} | {format_points(r['mdd'])} | {format_points(r['eval_se'])} ({r['eval_problems']}) "
+            f"| {len(r['seeds'])} | {_points(r['start'])} | {_points(r['end'])} | {_points(r['gain'])} "
+            f"| {_points(r['vs_baseline'])} | {format_points(r['mdd'])} | {format_points(r['eval_se'])} ({r['eval_problems']}) "
             f"| {r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) |"
         )
     lines += ["", mdd_sentence(summary["mdd"]), ""]
@@ -742,8 +745,8 @@ def markdown(summary: dict, missing: dict[str, str]) -> str:
             vs_dip, vs_reward = sh.get("dip_vs_baseline"), sh.get("reward_after_vs_baseline")
             lines.append(
                 f"| {r['arm']} | {r['group_size']} | {r['metric'].removeprefix('eval/')} "
-                f"| {format_interval_points(sh['dip'])} | {format_interval_points(vs_dip) if vs_dip else '—'} | {regained} "
-                f"| {format_interval_points(sh['reward_after'])} | {format_interval_points(vs_reward) if vs_reward else '—'} |"
+                f"| {_points(sh['dip'])} | {_points(vs_dip)} | {regained} "
+                f"| {_points(sh['reward_after'])} | {_points(vs_reward)} |"
             )
         lines.append("")
     if "preregistration" in summary:
@@ -883,23 +886,23 @@ def arm_table(summary: dict, metric: str, group_size: int | None = None) -> str:
     ]
     lines = [f"{metric}: arm | seeds | end | vs {baseline} | MDD | tokens (probe) | CI vs 0"]
     for r in rows:
-        vs = r["vs_baseline"]
+        vs = r["vs_baseline"] and Interval.from_json(r["vs_baseline"])
         lines.append(
-            f"  {r['arm']:18} | {len(r['seeds'])} | {format_interval_points(r['end'])} | "
-            f"{'—' if vs is None else format_difference_points(vs)} | {format_points(r['mdd'])} | "
+            f"  {r['arm']:18} | {len(r['seeds'])} | {_points(r['end'])} | "
+            f"{'—' if vs is None else vs.difference_points()} | {format_points(r['mdd'])} | "
             f"{r['tokens_generated']:.0f} ({r['tokens_probe']:.0f}) | "
             f"{_no_pair(r['arm'], baseline) if vs is None else _interval_side(vs)}"
         )
     return "\n".join(lines)
 
 
-def _interval_side(vs: dict) -> str:
+def _interval_side(vs: Interval) -> str:
     """Where a paired difference's 95% interval lies against 0 (n/a without an interval)."""
-    if vs["low"] is None:
+    if vs.low is None:
         return "n/a (1 seed)"
-    if vs["low"] > 0:
+    if vs.low > 0:
         return "above 0"
-    return "below 0" if vs["high"] < 0 else "contains 0"
+    return "below 0" if vs.high < 0 else "contains 0"
 
 
 def _no_pair(arm: str, baseline: str | None) -> str:
@@ -930,8 +933,9 @@ def describe_pair(
     held-out accuracy) that says where its 95% interval lies against 0: a description, not a
     verdict (only a spec's pre-registered claims are tested: :func:`rlkit.claims.judge_claims`)."""
     vs = paired_comparison(summary, arm, other, metric, group_size)
+    ci = Interval.from_json(vs)
     text = (
-        f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {format_difference_points(vs)} points, "
-        f"MDD {format_points(vs['mdd'])}, p = {vs['p']:.3f}, 95% interval {_interval_side(vs)}"
+        f"{arm} − {other} ({metric}, {len(vs['seeds'])} seeds): {ci.difference_points()} points, "
+        f"MDD {format_points(vs['mdd'])}, p = {vs['p']:.3f}, 95% interval {_interval_side(ci)}"
     )
     return vs | {"text": text}

@@ -142,14 +142,13 @@ def _row(sweep: str, c: dict, summary: dict, flags: dict, project: dict) -> str:
     cell = claim_cells(c)
     share = reanalysis.gain_share(summary, c)
     margin = cell["margin"] + ("" if share is None else f" ({share:.0%})")
-    ci90 = c["ci90"] and f"[{c['ci90']['low'] * 100:+.1f}, {c['ci90']['high'] * 100:+.1f}]"
     p_project = project.get((sweep, c["name"]))
     holm = f"{cell['p_holm']} / {'—' if p_project is None else f'{p_project[0]:.4f}'}"
     status, uniform = reanalysis.uniform_check(summary, c)
     registration = ", ".join(flags.get((sweep, c["name"]), [])) or "—"
     return (
         f"| {c['name']} | {sweep} | {registration} | {cell['test']} | {cell['pair']} "
-        f"| {cell['metric']} | {c['group_size']} | {cell['seeds']} | {cell['d']} | {ci90 or '—'} "
+        f"| {cell['metric']} | {c['group_size']} | {cell['seeds']} | {cell['d']} | {cell['ci90']} "
         f"| {margin} | {YES[reanalysis.equivalent(c)]} | {cell['p_exact']} | {holm} "
         f"| {cell['planned_mdd']} / {cell['mdd']} | {ACTED[c['manipulation_acted']]} / {uniform} "
         f"| **{c['verdict']}** | {reanalysis.reread(c, p_project, status)} |"
