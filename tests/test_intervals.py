@@ -1,4 +1,4 @@
-"""Means with 95% t-intervals over seeds, plain and paired."""
+"""Means with 95% t-intervals over seeds, plain and paired, and their summary.json form."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rlkit.intervals import (
     mean_ci,
     minimum_detectable_difference,
     paired_difference,
+    seed_interval,
 )
 
 
@@ -61,3 +62,37 @@ def test_minimum_detectable_difference_tends_to_2_8_standard_errors():
     )
     with pytest.raises(ValueError, match="at least 2"):
         minimum_detectable_difference(Interval(0.0, 1.0, 0.0, 0.0), 1)
+
+
+def test_seed_interval_writes_the_summary_form_and_reads_it_back():
+    """A summary keeps {"mean", "low", "high"} in this order, floats or None, and no se."""
+    ci = seed_interval([0.4, 0.6, 0.5])
+    got = ci.to_json()
+    assert list(got) == ["mean", "low", "high"] and all(type(v) is float for v in got.values())
+    assert (got["mean"], got["low"], got["high"]) == (float(ci.mean), ci.low, ci.high)
+    assert Interval.from_json(got) == Interval(ci.mean, None, ci.low, ci.high)
+    assert Interval.from_json(got | {"mdd": 0.1, "p": 0.5}) == Interval.from_json(got)
+    assert seed_interval([0.3]).to_json() == {"mean": 0.3, "low": None, "high": None}
+    assert seed_interval([0.3, 0.3]).to_json() == {"mean": 0.3, "low": 0.3, "high": 0.3}
+    bounds = mean_ci([0.1, 0.3]).to_json(("low", "high"))  # a claim's ci90
+    assert list(bounds) == ["low", "high"] and Interval.from_json(bounds).mean is None
+    with pytest.raises(ValueError, match="an interval needs 'high', got keys \\['low', 'mean'\\]"):
+        Interval.from_json({"mean": 0.1, "low": 0.0})
+
+
+@pytest.mark.parametrize(
+    "ci, points, difference",
+    [
+        (Interval(0.05, None, 0.01, 0.09), "5.0 [1.0, 9.0]", "+5.0 [+1.0, +9.0]"),
+        (Interval(-0.05), "-5.0 [n/a]", "-5.0 [n/a]"),
+        (Interval(0.05, 0.0, 0.05, 0.05), "5.0", "+5.0 [+5.0, +5.0]"),
+    ],
+)
+def test_an_interval_in_points(ci, points, difference):
+    assert ci.points() == points and ci.difference_points() == difference
+
+
+def test_within_a_margin_is_strict():
+    assert Interval(0.0, None, -0.01, 0.02).within(0.03)
+    assert not Interval(0.0, None, -0.01, 0.03).within(0.03)
+    assert not Interval(0.0, None, -0.03, 0.01).within(0.03)
