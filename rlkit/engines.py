@@ -21,7 +21,9 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-ENGINES: dict[str, type] = {}  # rollout.engine name → Engine entry
+from rlkit.registry import Registry
+
+ENGINES: Registry[type] = Registry("rollout engine")  # rollout.engine name → Engine entry
 
 
 class Engine(Protocol):
@@ -62,33 +64,19 @@ class Engine(Protocol):
 
 
 def register_engine(name: str):
-    """Class decorator adding an engine to :data:`ENGINES` under ``name``; a name registered
-    twice is a ValueError naming both classes."""
+    """Class decorator adding an engine to :data:`ENGINES` under ``name`` (its ``name``); a
+    name registered twice is a ValueError naming both classes."""
 
     def add(cls):
-        if name in ENGINES:
-            raise ValueError(
-                f"engine {name!r} is already registered (by {ENGINES[name].__qualname__}); "
-                f"{cls.__qualname__} needs a name of its own"
-            )
+        ENGINES.add(name, cls)
         cls.name = name
-        ENGINES[name] = cls
         return cls
 
     return add
 
 
-def get_engine(name: str) -> type:
-    """The engine registered as ``name``; an unknown name is a ValueError listing the known
-    ones."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown rollout engine {name!r}; known: {list(ENGINES)}")
-    return ENGINES[name]
-
-
-def engine_names() -> tuple[str, ...]:
-    """Every registered engine's name, in registration order."""
-    return tuple(ENGINES)
+get_engine = ENGINES.get  # the entry registered as a name; an unknown one lists the known ones
+engine_names = ENGINES.names  # every registered engine's name, in registration order
 
 
 def in_process_engines() -> tuple[str, ...]:
