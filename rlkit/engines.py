@@ -10,18 +10,23 @@ collector, the truncated-IS default and the LoRA fusion default. The built-in en
 - ``vllm``: vLLM in its own share of the GPU (`rlkit.vllm_engine`, an optional extra,
   :class:`VLLMEngineEntry`).
 
-An in-process engine (``decode`` set) generates through `rlkit.rollout.generate_rollouts` with
-the training model; an engine with a ``build`` is an object the collector makes once and asks
-for rollouts (``generate(prompts, temperatures, max_new_tokens, top_p, top_k)``).
+The collector builds the run's engine object once (:class:`RolloutEngine`), and it and evaluation
+ask that object for rollouts: an in-process entry (``decode`` set) becomes a
+`rlkit.rollout.InProcessEngine` over the training model, which generates through
+`rlkit.rollout.generate_rollouts` with the entry's ``decode``; an entry with a ``build`` makes its
+own object (vLLM's `rlkit.vllm_engine.VLLMEngine`).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 from rlkit.registry import Registry
+
+if TYPE_CHECKING:
+    from rlkit.rollout_batch import RolloutBatch
 
 ENGINES: Registry[type] = Registry("rollout engine")  # rollout.engine name → Engine entry
 
@@ -60,6 +65,31 @@ class Engine(Protocol):
         compile_step: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Generated ids [B, steps] and the sampler's log-probs (None: not recorded)."""
+        ...
+
+
+class RolloutEngine(Protocol):
+    """A run's engine object: what the collector and evaluation generate with."""
+
+    # samples with weights of its own (vLLM's): the collector leaves the training model's
+    # sampling weights (`rlkit.collect.Collector.sampling_weights`) alone
+    own_weights: bool
+
+    def generate(
+        self,
+        prompts: list[str],
+        temperatures: torch.Tensor,
+        max_new_tokens: int,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+    ) -> RolloutBatch:
+        """One completion per prompt, row b at temperature T_b (0: greedy), with top-k then
+        top-p; randomness from the global RNG, or from ``seed`` leaving the global RNG alone."""
+        ...
+
+    def for_evaluation(self) -> RolloutEngine:
+        """The engine evaluation samples with (the same, less settings only rollouts use)."""
         ...
 
 
