@@ -1,20 +1,16 @@
-"""The rollout engines and their registry (``rollout.engine``; docs/algorithms.md §3 step 3).
+"""The rollout-engine registry (``rollout.engine``; docs/algorithms.md §3 step 3).
 
 An engine is a class registered under its ``rollout.engine`` name with :func:`register_engine`.
-It declares what it can do as attributes (:class:`Engine`), and the rest of rlkit reads those
-declarations instead of comparing engine names: the config's cross-checks, the memory plan, the
-collector, the truncated-IS default and the LoRA fusion default. The built-in entries:
+It declares what it can do as attributes (:class:`Engine`, defaults in :class:`EngineEntry`), and
+the rest of rlkit reads those declarations instead of comparing engine names: the config's
+cross-checks, the memory plan, the collector, the truncated-IS default and the LoRA fusion
+default.
 
-- ``hf``: HF ``generate`` on the training model (:class:`HFEngine`);
-- ``hf_static``: rlkit's static-cache decode loop (`rlkit.static_decode`, :class:`StaticEngine`);
-- ``vllm``: vLLM in its own share of the GPU (`rlkit.vllm_engine`, an optional extra,
-  :class:`VLLMEngineEntry`).
-
-The collector builds the run's engine object once (:class:`RolloutEngine`), and it and evaluation
-ask that object for rollouts: an in-process entry (``decode`` set) becomes a
-`rlkit.rollout.InProcessEngine` over the training model, which generates through
-`rlkit.rollout.generate_rollouts` with the entry's ``decode``; an entry with a ``build`` makes its
-own object (vLLM's `rlkit.vllm_engine.VLLMEngine`).
+The collector builds the run's engine object once (:class:`RolloutEngine`,
+`rlkit.collect.build_engine`), and it and evaluation ask that object for rollouts: an in-process
+entry (``decode`` set) becomes a `rlkit.rollout.InProcessEngine` over the training model, which
+generates through `rlkit.rollout.generate_rollouts` with the entry's ``decode``; an entry with a
+``build`` makes its own object (vLLM's `rlkit.vllm_engine.VLLMEngine`).
 """
 
 from __future__ import annotations
@@ -114,7 +110,10 @@ def in_process_engines() -> tuple[str, ...]:
     return tuple(name for name, cls in ENGINES.items() if cls.decode is not None)
 
 
-class _Base:
+class EngineEntry:
+    """A registered engine's defaults (:class:`Engine`): an entry subclasses it and sets what
+    differs, with either ``decode`` (in-process) or ``build`` (an object of its own)."""
+
     name: ClassVar[str] = ""
     same_forward: ClassVar[bool] = False
     records_sampler_logp: ClassVar[bool] = True
@@ -126,73 +125,3 @@ class _Base:
     label: ClassVar[str] = ""
     decode = None
     build = None
-
-
-@register_engine("hf")
-class HFEngine(_Base):
-    """HF ``generate`` on the training model."""
-
-    same_forward = True
-    records_sampler_logp = False
-    label = "HF generate"
-
-    @staticmethod
-    def decode(model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id, options, _):
-        # ids and mask alone: transformers 4.x tokenizers also return token_type_ids,
-        # which generate refuses for a decoder-only model
-        sequences = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_ids,
-            pad_token_id=pad_id,
-            # each process generates alone, with whole weights (rlkit.parallel.unsharded):
-            # transformers would otherwise lock-step the ranks of an FSDP model
-            synced_gpus=False,
-            **options,
-        )
-        return sequences[:, input_ids.shape[1] :], None
-
-
-@register_engine("hf_static")
-class StaticEngine(_Base):
-    """rlkit's static-cache decode loop, which records the sampler's log-probs when sampling."""
-
-    fuses_lora = True
-    compiles_step = True
-    label = "static decode loop"
-
-    @staticmethod
-    def decode(
-        model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id, options, compile_step
-    ):
-        # imported here: choosing an engine (the config's checks) must not load transformers
-        from rlkit.static_decode import static_generate
-
-        return static_generate(
-            model,
-            input_ids,
-            attention_mask,
-            max_new_tokens,
-            eos_ids,
-            pad_id,
-            options.get("logits_processor"),
-            compile_step,
-        )
-
-
-@register_engine("vllm")
-class VLLMEngineEntry(_Base):
-    """vLLM, in its own ``rollout.vllm_memory`` share of the GPU (an optional extra)."""
-
-    batches_rows_itself = True
-    own_weights = True
-    gpu_share = "vllm_memory"
-    label = "vLLM"
-
-    @staticmethod
-    def build(cfg: Any, policy: Any, max_model_len: int | None) -> Any:
-        """The run's `rlkit.vllm_engine.VLLMEngine` (imported here: vLLM is optional)."""
-        from rlkit.vllm_engine import VLLMEngine
-
-        return VLLMEngine(policy, cfg.rollout.vllm_memory, cfg.seed, max_model_len)
