@@ -1,10 +1,10 @@
 """Prompts → scored groups (docs/algorithms.md §3 step 3, §4 DAPO dynamic sampling).
 
 :class:`Collector` is the step's sampler: it expands each prompt to G rows, generates them at the
-prompt's temperature (HF ``generate``, the static-cache loop or the vLLM engine; the HF paths
-optionally over the dequantized generation copy, `rlkit.generation_copy`), scores them and
-shapes the rewards
-(truncation, DAPO's overlong penalty). :meth:`Collector.draw` asks the method for a batch of
+prompt's temperature with the run's engine object (`rlkit.engines.RolloutEngine`: HF
+``generate``, the static-cache loop or vLLM; the in-process ones optionally over the dequantized
+generation copy, `rlkit.generation_copy`), scores them and shapes the rewards (truncation,
+DAPO's overlong penalty). :meth:`Collector.draw` asks the method for a batch of
 groups (the method decides how: AGPO probes first) and, with DAPO's dynamic sampling, drops the
 groups of identical rewards and draws more prompts until P remain or ``max_gen_batches`` rounds
 are spent.
@@ -34,17 +34,38 @@ from rlkit.config import RolloutConfig, TrainConfig, run_tis_cap
 from rlkit.controllers import ProbeStats
 from rlkit.dapo import informative_groups, overlong_penalty
 from rlkit.dist import Collective, Local
-from rlkit.engines import get_engine
+from rlkit.engines import RolloutEngine, get_engine
 from rlkit.fused_lora import fused_lora, resolve_fuse_lora
 from rlkit.generation_copy import GenerationCopy
 from rlkit.models.loading import Policy
 from rlkit.phases import Phases
 from rlkit.rewards import RewardScorer, get_reward_fn
-from rlkit.rollout import generate_in_batches, model_device, padding_id
+from rlkit.rollout import InProcessEngine, model_device, padding_id
 from rlkit.rollout_batch import RolloutBatch, concat_rollouts
 from rlkit.sampling import PromptSampler
 from rlkit.seeding import keyed_seed, seeded
 from rlkit.tasks.base import Problem
+
+
+def build_engine(cfg: TrainConfig, policy: Policy, prompts: Sequence[str] = ()) -> RolloutEngine:
+    """The run's engine object, built once from its ``rollout.engine`` entry: the entry's own
+    ``build`` (vLLM, sized for the longest of ``prompts`` plus ``rollout.max_new_tokens``; no
+    prompts: vLLM's default, the model's context), else an in-process engine on the training
+    model with ``rollout.generation_batch_size``, ``rollout.compile`` and the sampler's
+    log-probs recorded where truncated IS reads them (`rlkit.tis`)."""
+    ro = cfg.rollout
+    entry = get_engine(ro.engine)
+    if entry.build is None:
+        record = run_tis_cap(cfg) is not None
+        batch_size = ro.generation_batch_size or None
+        return InProcessEngine(
+            policy.model, policy.tokenizer, ro.engine, batch_size, record, ro.compile
+        )
+    max_model_len = None
+    if prompts:
+        longest = max(map(len, policy.tokenizer(list(prompts))["input_ids"]))
+        max_model_len = longest + ro.max_new_tokens
+    return entry.build(cfg, policy, max_model_len)
 
 
 class Collector:
@@ -56,8 +77,7 @@ class Collector:
         scorer: RewardScorer,
         cfg: RolloutConfig,
         phases: Phases,
-        engine=None,
-        record_logprobs: bool = False,
+        engine: RolloutEngine | None = None,
         dist: Collective | None = None,
         full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         generation_copy: GenerationCopy | None = None,
@@ -65,17 +85,11 @@ class Collector:
         sampling_stream: str = "rank",
         seed: int = 0,
     ):
-        self.policy, self.scorer, self.cfg, self.phases, self.engine = (
-            policy,
-            scorer,
-            cfg,
-            phases,
-            engine,
-        )
+        self.policy, self.scorer, self.cfg, self.phases = policy, scorer, cfg, phases
+        # what generates the rows (None: HF generate on the policy's model, one call)
+        self.engine = engine or InProcessEngine(policy.model, policy.tokenizer)
         # the ranks, and the full weights for generating outside FSDP2's root (rlkit.parallel)
         self.dist, self.full_weights = dist or Local(), full_weights
-        # the sampler's log-probs, for truncated importance sampling (rlkit.tis)
-        self.record_logprobs = record_logprobs
         # the dequantized base HF sampling runs over, None: the training weights
         self.generation_copy = generation_copy
         # sample through fused LoRA projections (rlkit.fused_lora; rollout.fuse_lora resolved)
@@ -99,18 +113,10 @@ class Collector:
         dist: Collective | None = None,
         full_weights: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> Collector:
-        """The run's collector: its reward scorer (in-process or a worker pool) and, with
-        ``rollout.engine=vllm``, the vLLM engine, sized for the longest of ``prompts`` plus
-        ``rollout.max_new_tokens`` (no prompts: vLLM's default, the model's context); with
+        """The run's collector: its reward scorer (in-process or a worker pool), its engine
+        object (:func:`build_engine`, for ``prompts``) and, with
         ``rollout.generation_copy=dequantized``, the copy (built here, once)."""
-        engine = None
-        build = get_engine(cfg.rollout.engine).build  # None: generates in-process
-        if build is not None:
-            max_model_len = None
-            if prompts:
-                longest = max(map(len, policy.tokenizer(list(prompts))["input_ids"]))
-                max_model_len = longest + cfg.rollout.max_new_tokens
-            engine = build(cfg, policy, max_model_len)
+        engine = build_engine(cfg, policy, prompts)
         scorer = RewardScorer(
             get_reward_fn(cfg.task.reward),
             num_workers=cfg.task.reward_workers,
@@ -118,7 +124,6 @@ class Collector:
             on_error=cfg.task.on_reward_error,
         )
         ro = cfg.rollout
-        record = run_tis_cap(cfg) is not None
         copy = GenerationCopy(policy.model) if ro.generation_copy == "dequantized" else None
         fuse = resolve_fuse_lora(ro.fuse_lora, ro.engine, cfg.model.mode)
         return cls(
@@ -127,7 +132,6 @@ class Collector:
             ro,
             phases,
             engine,
-            record,
             dist,
             full_weights,
             copy,
@@ -163,13 +167,10 @@ class Collector:
             [p.prompt for p in problems for _ in range(g)],
             temperatures.repeat_interleave(g),
         )
-        if self.engine is not None:
-            rollouts = self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
-        elif self.sampling_stream == "prompt":
-            with self.full_weights(), self.sampling_weights():
+        with self.engine_weights():
+            if self.sampling_stream == "prompt":
                 rollouts = self.keyed_groups(problems, temps, probe)
-        else:
-            with self.full_weights(), self.sampling_weights():
+            else:
                 rollouts = self.generate(prompts, temps)
         with self.phases("score"):
             scored = self.scorer.score(
@@ -192,24 +193,21 @@ class Collector:
             list(problems), rollouts, rewards.view(len(problems), g), temperatures.float(), stats
         )
 
+    @contextlib.contextmanager
+    def engine_weights(self) -> Iterator[None]:
+        """The weights the engine samples with: its own (vLLM), else the training model's full
+        weights (``full_weights``) as :meth:`sampling_weights` sets them."""
+        if self.engine.own_weights:
+            yield
+            return
+        with self.full_weights(), self.sampling_weights():
+            yield
+
     def generate(self, prompts: list[str], temps: torch.Tensor) -> RolloutBatch:
-        """One completion per row of ``prompts`` at ``temps``, with the HF engine
-        (``rollout.engine``), ``rollout.generation_batch_size`` rows per call, drawing from
-        the global RNG."""
+        """One completion per row of ``prompts`` at ``temps`` with the run's engine, drawing
+        from the global RNG."""
         ro = self.cfg
-        return generate_in_batches(
-            self.policy.model,
-            self.policy.tokenizer,
-            prompts,
-            temps,
-            ro.max_new_tokens,
-            ro.generation_batch_size or None,
-            top_p=ro.top_p,
-            top_k=ro.top_k,
-            record_logprobs=self.record_logprobs,
-            engine=ro.engine,
-            compile_step=ro.compile,
-        )
+        return self.engine.generate(prompts, temps, ro.max_new_tokens, ro.top_p, ro.top_k)
 
     def keyed_groups(
         self, problems: Sequence[Problem], temps: torch.Tensor, probe: bool

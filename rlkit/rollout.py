@@ -6,7 +6,9 @@ fixing a flaw of the authors' code; the training forward is `rlkit.logprobs.sequ
 Two pieces here:
 
 - `RowTemperatureLogitsProcessor` divides row b's logits by T_b inside HF `generate`;
-- `generate_rollouts` samples completions and lays them out as a `RolloutBatch`.
+- `generate_rollouts` samples completions and lays them out as a `RolloutBatch`;
+- `InProcessEngine` is an in-process engine (``hf``, ``hf_static``) as the object the collector
+  and evaluation generate with.
 
 Order of logits processors (checked in transformers 5.24, `GenerationMixin._get_logits_processor`):
 user processors passed as `logits_processor=` are merged in *after* HF's built-in processors
@@ -280,6 +282,62 @@ def generate_in_batches(
         for start in range(0, len(prompts), batch_size)
     ]
     return concat_rollouts(parts, padding_id(model, tokenizer))
+
+
+class InProcessEngine:
+    """An in-process rollout engine (`rlkit.engines`: ``hf``, ``hf_static``) on the training
+    ``model``, as an engine object (`rlkit.engines.RolloutEngine`): `generate_in_batches` with
+    its own settings, ``batch_size`` rows per call (None: one call), the sampler's log-probs
+    recorded on request and the static loop's step compiled on request."""
+
+    own_weights = False  # samples with the training model (the collector's sampling weights)
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        engine: str = "hf",
+        batch_size: int | None = None,
+        record_logprobs: bool = False,
+        compile_step: bool = False,
+    ):
+        self.model, self.tokenizer, self.name = model, tokenizer, engine
+        self.batch_size, self.record_logprobs, self.compile_step = (
+            batch_size,
+            record_logprobs,
+            compile_step,
+        )
+
+    def generate(
+        self,
+        prompts: list[str],
+        temperatures: torch.Tensor,
+        max_new_tokens: int,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+    ) -> RolloutBatch:
+        """One completion per row of ``prompts`` at ``temperatures``, drawing from the global
+        RNG, or (``seed``) from a stream seeded so, which leaves the global RNG untouched."""
+        with seeded(seed, model_device(self.model)):
+            return generate_in_batches(
+                self.model,
+                self.tokenizer,
+                prompts,
+                temperatures,
+                max_new_tokens,
+                self.batch_size,
+                top_p=top_p,
+                top_k=top_k,
+                record_logprobs=self.record_logprobs,
+                engine=self.name,
+                compile_step=self.compile_step,
+            )
+
+    def for_evaluation(self) -> InProcessEngine:
+        """The same engine without the rollouts' settings (one call per batch, nothing recorded,
+        no compiled step): what evaluation samples with."""
+        return InProcessEngine(self.model, self.tokenizer, self.name)
 
 
 def padding_id(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> int:

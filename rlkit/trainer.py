@@ -188,9 +188,8 @@ class Trainer:
             self.full_weights,
         )
         # evaluation samples with the rollouts' engine (HF generate, the static loop or vLLM)
-        # and, on the HF paths, over the rollouts' weights (collector.sampling_weights)
-        # (no engine object: an in-process engine, named by rollout.engine)
-        self.eval_engine = self.collector.engine or cfg.rollout.engine
+        # and, on the in-process ones, over the rollouts' weights (collector.sampling_weights)
+        self.eval_engine = self.collector.engine.for_evaluation()
         self.forward = PolicyForward(
             self.policy, cfg, self.phases, self.parallel, share_prompts=self.passes.share_prompts
         )

@@ -28,7 +28,8 @@ wheels and the vllm-bnb-plugin 0.0.3 wheel):
 - sleep mode: vLLM sleeps (level 1: weights to CPU, KV cache freed) outside generation, so the
   training phases get the card back;
 - each call's adapter directory is removed once vLLM has loaded it;
-- evaluation samples through the engine too (`rlkit.evaluation.generate_and_score`).
+- evaluation samples through the engine too (`rlkit.evaluation.generate_and_score`), each call's
+  row seeds drawn from the evaluation's seed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from packaging.version import Version
 
 from rlkit.models.loading import Policy
 from rlkit.rollout_batch import RolloutBatch, _completion_layout, _eos_token_ids
+from rlkit.seeding import seeded
 
 SUPPORTED_VLLM = (Version("0.10.2"), Version("0.34"))  # [low, high): pyproject's two extras
 BNB_PLUGIN_VLLM = Version("0.28")  # from this vLLM on, bitsandbytes is a plugin's
@@ -103,7 +105,10 @@ def _require_bnb_plugin(version: Version) -> None:
 
 
 class VLLMEngine:
-    """Generates a step's rows with vLLM from the policy's current adapter."""
+    """Generates a step's rows with vLLM from the policy's current adapter (an engine object,
+    `rlkit.engines.RolloutEngine`)."""
+
+    own_weights = True  # vLLM's own copy of the base weights
 
     def __init__(
         self, policy: Policy, memory_fraction: float, seed: int, max_model_len: int | None = None
@@ -141,6 +146,10 @@ class VLLMEngine:
         weakref.finalize(self, shutil.rmtree, self.adapter_dir, ignore_errors=True)
         self.adapter_id = 0
 
+    def for_evaluation(self) -> VLLMEngine:
+        """Evaluation samples through the same engine."""
+        return self
+
     def _current_adapter(self) -> tuple[object, Path]:
         """Save the adapter as it is now; a new id makes vLLM load it instead of a cached one."""
         self.adapter_id += 1
@@ -155,16 +164,19 @@ class VLLMEngine:
         max_new_tokens: int,
         top_p: float = 1.0,
         top_k: int = 0,
+        seed: int | None = None,
     ) -> RolloutBatch:
         """One completion per prompt, row b at temperature T_b (0 = greedy), with the sampled
         tokens' log-probs (0 on padding; an EOS vLLM stopped at without returning gets NaN,
-        which `rlkit.tis` reads as "no sampler log-prob": weight 1)."""
+        which `rlkit.tis` reads as "no sampler log-prob": weight 1). Each row's vLLM seed is
+        drawn from the global torch RNG, or (``seed``) from a CPU stream seeded so."""
         temperatures = torch.as_tensor(temperatures, dtype=torch.float32).flatten()
         if temperatures.shape[0] != len(prompts):
             raise ValueError(
                 f"temperatures has {temperatures.shape[0]} entries for {len(prompts)} prompts"
             )
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()  # the global torch RNG
+        with seeded(seed, torch.device("cpu")):
+            seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()  # torch's CPU RNG
         params = [
             self._sampling_params(
                 temperature=float(t),

@@ -59,21 +59,21 @@ def float64_rms_norm() -> None:
 
 
 def record_generation(path: Path) -> None:
-    calls, generate = [], rlkit.collect.generate_in_batches
+    calls, generate = [], rlkit.collect.Collector.generate
 
-    def recorded(model, tokenizer, prompts, temps, *args, **kwargs):
-        out = generate(model, tokenizer, prompts, temps, *args, **kwargs)
+    def recorded(collector, prompts, temps):
+        out = generate(collector, prompts, temps)
         calls.append({"prompts": list(prompts), "rollouts": out.to("cpu")})
         torch.save(calls, path)
         return out
 
-    rlkit.collect.generate_in_batches = recorded
+    rlkit.collect.Collector.generate = recorded
 
 
 def replay_generation(path: Path, rank: int) -> None:
     calls = iter(torch.load(path, weights_only=False))
 
-    def replayed(model, tokenizer, prompts, temps, *args, **kwargs):
+    def replayed(collector, prompts, temps):
         call, n = next(calls), len(prompts)
         rows = torch.arange(rank * n, (rank + 1) * n)
         if call["prompts"][rank * n : (rank + 1) * n] != list(prompts):
@@ -83,7 +83,7 @@ def replay_generation(path: Path, rank: int) -> None:
             raise AssertionError(f"rank {rank} sampled at other temperatures: {temps}")
         return rollouts
 
-    rlkit.collect.generate_in_batches = replayed
+    rlkit.collect.Collector.generate = replayed
 
 
 def main(out: str, mode: str, *overrides: str) -> None:

@@ -1,6 +1,6 @@
-"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss" and the
-method of "Adding a method" register from each section's first code block, and the section's
-test of it (its second block) passes."""
+"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss", the
+method of "Adding a method" and the engine of "Adding an engine" register from each section's
+first code block, and the section's test of it (its second block) passes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.advantages import ESTIMATORS
+from rlkit.engines import ENGINES
 from rlkit.losses import LOSSES
 from rlkit.methods import METHODS
 
@@ -57,6 +58,21 @@ def test_the_guides_method_registers_and_its_test_passes(
     annealed_clip_method, tmp_path, tiny_model_dir
 ):
     run_guide_test("Adding a method", "test_annealed_clip", tmp_path, tiny_model_dir)
+
+
+@pytest.fixture
+def penalised_engine():
+    """The guide's engine file, run as the module ``rlkit.engines.hf_penalised`` would be."""
+    source = code_blocks("Adding an engine")[0]
+    exec(compile(source, "rlkit/engines/hf_penalised.py", "exec"), {"__name__": "hf_penalised"})
+    yield ENGINES["hf_penalised"]
+    del ENGINES["hf_penalised"]
+
+
+def test_the_guides_engine_registers_and_its_test_passes(
+    penalised_engine, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding an engine", "test_hf_penalised", tmp_path, tiny_model_dir)
 
 
 def test_a_taken_or_unknown_loss_name_is_refused():

@@ -166,7 +166,10 @@ def test_a_run_with_the_copy_records_sampler_logprobs_and_corrects_them(
         tmp_path, tiny_4bit_model_dir, "model.mode=qlora", COPY, f"rollout.engine={engine}"
     )
     trainer = Trainer(cfg)
-    assert applied_cap(trainer.update.loss) == DEFAULT_TIS_CAP and trainer.collector.record_logprobs
+    assert (
+        applied_cap(trainer.update.loss) == DEFAULT_TIS_CAP
+        and trainer.collector.engine.record_logprobs
+    )
     assert trainer.collector.generation_copy is not None
     over_4bit = []
 
@@ -174,8 +177,8 @@ def test_a_run_with_the_copy_records_sampler_logprobs_and_corrects_them(
         over_4bit.append(bool(four_bit_layers(model)))
         return generate_rollouts(model, *args, **kwargs)
 
-    monkeypatch.setattr("rlkit.rollout.generate_rollouts", recording)  # the rollouts'
-    monkeypatch.setattr("rlkit.evaluation.generate_rollouts", recording)  # evaluation's
+    # the rollouts' and evaluation's engine object alike (rlkit.rollout.InProcessEngine)
+    monkeypatch.setattr("rlkit.rollout.generate_rollouts", recording)
     trainer.train()
     # evaluation at the start and the end (greedy + sampled) and one call per step
     assert over_4bit == [False] * (2 * 2 + cfg.steps)

@@ -76,7 +76,7 @@ def test_a_training_run_on_the_static_engine_corrects_and_logs_the_mismatch(
 
     trainer = Trainer(make_config(tmp_path, tiny_model_dir, "rollout.engine=hf_static"))
     assert applied_cap(trainer.update.loss) == 3.0  # loss.tis_cap=auto: the sampler is not generate
-    assert trainer.eval_engine == "hf_static"
+    assert trainer.eval_engine.name == "hf_static"
     evals = trainer.train()
     reference = Trainer(make_config(tmp_path / "hf", tiny_model_dir)).evaluate()
     assert evals[0]["eval/greedy_accuracy"] == reference["eval/greedy_accuracy"]

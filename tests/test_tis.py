@@ -118,7 +118,7 @@ def test_default_hf_path_records_nothing_and_logs_no_tis(tmp_path, tiny_model_di
     cfg = make_config(tmp_path, tiny_model_dir)
     assert cfg.loss.tis_cap == "auto"
     trainer = Trainer(cfg)
-    assert applied_cap(trainer.update.loss) is None and not trainer.collector.record_logprobs
+    assert applied_cap(trainer.update.loss) is None and not trainer.collector.engine.record_logprobs
     trainer.train()
     assert not any(k.startswith("sampling/") for r in read_metrics(tmp_path) for k in r)
 

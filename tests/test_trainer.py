@@ -96,16 +96,16 @@ def test_reused_probe_tokens_are_counted_once(
 ):
     """Each generated token counts once: a probe group trained on (``agpo.probe=reuse``, τ_t =
     τ_base) counts as training tokens (tokens/generated), not as probe overhead (tokens/probe)."""
-    import rlkit.collect as collect_module
+    from rlkit.collect import Collector
 
-    generated, real = [], collect_module.generate_in_batches
+    generated, real = [], Collector.generate
 
-    def counting(*args, **kwargs):
-        rollouts = real(*args, **kwargs)
+    def counting(self, *args, **kwargs):
+        rollouts = real(self, *args, **kwargs)
         generated.append(int(rollouts.lengths.sum()))
         return rollouts
 
-    monkeypatch.setattr(collect_module, "generate_in_batches", counting)
+    monkeypatch.setattr(Collector, "generate", counting)
     overrides = ("algo.estimator=agpo", "agpo.enabled=true", "agpo.probe=reuse")
     cfg = make_config(
         tmp_path, tiny_model_dir, *overrides, f"agpo.adaptive_temperature={adaptive_temperature}"
@@ -500,24 +500,25 @@ def test_memory_knobs_keep_the_metrics(tmp_path, tiny_model_dir, monkeypatch):
         assert a.keys() == b.keys()
         for key in a:
             assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-12), key
-    import rlkit.evaluation
     import rlkit.rollout
+    import rlkit.trainer
 
-    calls = {"train": [], "eval": []}
+    calls, phase = {"train": [], "eval": []}, ["train"]  # eval: inside score_problems
+    generate, score = rlkit.rollout.generate_rollouts, rlkit.trainer.score_problems
 
-    def spy(kind, generate):
-        def counted(model, tokenizer, prompts, *args, **kwargs):
-            calls[kind].append(len(prompts))
-            return generate(model, tokenizer, prompts, *args, **kwargs)
+    def counted(model, tokenizer, prompts, *args, **kwargs):
+        calls[phase[0]].append(len(prompts))
+        return generate(model, tokenizer, prompts, *args, **kwargs)
 
-        return counted
+    def scoring(*args, **kwargs):
+        phase[0] = "eval"
+        try:
+            return score(*args, **kwargs)
+        finally:
+            phase[0] = "train"
 
-    monkeypatch.setattr(
-        rlkit.rollout, "generate_rollouts", spy("train", rlkit.rollout.generate_rollouts)
-    )
-    monkeypatch.setattr(
-        rlkit.evaluation, "generate_rollouts", spy("eval", rlkit.evaluation.generate_rollouts)
-    )
+    monkeypatch.setattr(rlkit.rollout, "generate_rollouts", counted)
+    monkeypatch.setattr(rlkit.trainer, "score_problems", scoring)
     off = ["eval.at_start=false", "log_entropy=false", "rollout.generation_batch_size=5"]
     evals = Trainer(make_config(tmp_path / "c", tiny_model_dir, *off, "eval.batch_size=3")).train()
     assert calls["train"] == [5, 5, 5, 1] * 2  # P·G = 16 rows in calls of at most 5, two steps

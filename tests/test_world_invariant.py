@@ -89,7 +89,7 @@ def test_a_prompts_group_is_the_same_whatever_batch_holds_it(trainer, monkeypatc
     """Global prompts 2 and 3 of batch 5: drawn by one process among four prompts, or by the
     second of two processes alone, the same completions and rewards, bit for bit (HF's
     ``generate`` and the static decode loop)."""
-    monkeypatch.setattr(trainer.collector.cfg, "engine", engine)
+    monkeypatch.setattr(trainer.collector.engine, "name", engine)
     whole, half = draw(trainer, 5), draw(trainer, 5, SecondHalf())
     g = trainer.cfg.rollout.group_size
     assert [p.id for p in half.problems] == [p.id for p in whole.problems[2:]]

@@ -11,9 +11,6 @@ adds to them (``rlkit.ppo.ValueLoss``).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from rlkit.losses.base import (
     LOSSES,
     ClipRule,
@@ -42,9 +39,9 @@ from rlkit.losses.core import (
 )
 from rlkit.losses.dpo import DPO_METRICS, dpo_loss, pair_statistics
 from rlkit.losses.sequence import cispo, gspo
+from rlkit.registry import import_all
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_all(__name__, __path__)
 
 __all__ = [
     "DPO_METRICS",

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from rlkit.losses.core import aggregate_loss, kl_divergence, masked_mean
+from rlkit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Registered(Loss):
         return self.fn(logp, sub, ctx)
 
 
-LOSSES: dict[str, Registered] = {}
+LOSSES: Registry[Registered] = Registry("loss", sort_known=True)
 
 
 def register_loss(
@@ -115,19 +116,13 @@ def register_loss(
     unless ``pairs``), reporting ``metrics`` (see :class:`Loss`); a taken name is a ValueError."""
 
     def add(fn: Callable) -> Callable:
-        if name in LOSSES:
-            raise ValueError(f"a loss named {name!r} is already registered ({LOSSES[name].fn})")
-        LOSSES[name] = Registered(fn, metrics, keeps_order, pairs)
+        LOSSES.add(name, Registered(fn, metrics, keeps_order, pairs), fn)
         return fn
 
     return add
 
 
-def get_loss(name: str) -> Loss:
-    """The registered loss ``name``; an unknown name is a ValueError listing the known ones."""
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}")
-    return LOSSES[name]
+get_loss = LOSSES.get  # the registered loss ``name``; an unknown name lists the known ones
 
 
 def loss_modes() -> list[str]:

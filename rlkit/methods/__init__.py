@@ -9,9 +9,6 @@ built-in entries: ``grpo`` (the GRPO family, :mod:`rlkit.methods.base`), ``agpo`
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from rlkit.methods.agpo import AGPO
 from rlkit.methods.base import Method, Sampler, Update
 from rlkit.methods.dpo import DPO
@@ -24,9 +21,9 @@ from rlkit.methods.registry import (
     method_switches,
     register_method,
 )
+from rlkit.registry import import_all
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_all(__name__, __path__)
 
 __all__ = [
     "AGPO",

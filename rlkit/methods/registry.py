@@ -16,33 +16,13 @@ from typing import Any
 
 from rlkit.config import TrainConfig
 from rlkit.dist import Collective
+from rlkit.registry import Registry
 
 DEFAULT_METHOD = "grpo"  # GRPO, Dr. GRPO, RLOO, EBPO, …: the estimator's advantages alone
-METHODS: dict[str, type] = {}  # name → Method subclass
-
-
-def register_method(name: str):
-    """Class decorator adding a method to :data:`METHODS` under ``name``; a name registered
-    twice is a ValueError naming both classes."""
-
-    def add(cls):
-        if name in METHODS:
-            raise ValueError(
-                f"method {name!r} is already registered (by {METHODS[name].__qualname__}); "
-                f"{cls.__qualname__} needs a name of its own"
-            )
-        METHODS[name] = cls
-        return cls
-
-    return add
-
-
-def get_method(name: str) -> type:
-    """The method class registered as ``name``; an unknown name is a ValueError listing the
-    known ones."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}")
-    return METHODS[name]
+METHODS: Registry[type] = Registry("method", sort_known=True)  # name → Method subclass
+# class decorator adding a method under a name; a name registered twice names both classes
+register_method = METHODS.register
+get_method = METHODS.get  # the method class registered as a name; an unknown one lists the known
 
 
 def setting(cfg: Any, key: str) -> Any:
