@@ -1,6 +1,6 @@
-"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss" and the
-method of "Adding a method" register from each section's first code block, and the section's
-test of it (its second block) passes."""
+"""docs/contributing.md's worked examples run as written: the loss of "Adding a loss", the
+method of "Adding a method" and the estimator of "Adding an estimator" register from each
+section's first code block, and the section's test of it (its second block) passes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rlkit import advantages
 from rlkit.advantages import ESTIMATORS
 from rlkit.losses import LOSSES
 from rlkit.methods import METHODS
@@ -57,6 +58,22 @@ def test_the_guides_method_registers_and_its_test_passes(
     annealed_clip_method, tmp_path, tiny_model_dir
 ):
     run_guide_test("Adding a method", "test_annealed_clip", tmp_path, tiny_model_dir)
+
+
+@pytest.fixture
+def median_estimator():
+    """The guide's estimator class, run as if appended to ``rlkit/advantages.py``."""
+    source = code_blocks("Adding an estimator")[0]
+    namespace = dict(vars(advantages))
+    exec(compile(source, "rlkit/advantages.py", "exec"), namespace)
+    yield ESTIMATORS["median"]
+    del ESTIMATORS["median"]
+
+
+def test_the_guides_estimator_registers_and_its_test_passes(
+    median_estimator, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding an estimator", "test_median_baseline", tmp_path, tiny_model_dir)
 
 
 def test_a_taken_or_unknown_loss_name_is_refused():
