@@ -1,10 +1,13 @@
 """docs/contributing.md's worked examples run as written: the loss of "Adding a loss", the
-method of "Adding a method" and the estimator of "Adding an estimator" register from each
-section's first code block, and the section's test of it (its second block) passes."""
+method of "Adding a method", the estimator of "Adding an estimator" and the task of "Adding a
+task" register from each section's first code block, and the section's test of it (its second
+block) passes."""
 
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from rlkit import advantages
 from rlkit.advantages import ESTIMATORS
 from rlkit.losses import LOSSES
 from rlkit.methods import METHODS
+from rlkit.tasks import TASKS
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
 
@@ -76,6 +80,24 @@ def test_the_guides_estimator_registers_and_its_test_passes(
     run_guide_test("Adding an estimator", "test_median_baseline", tmp_path, tiny_model_dir)
 
 
+@pytest.fixture
+def reverse_digits_task(monkeypatch):
+    """The guide's task file, run as the module ``rlkit.tasks.reverse_digits`` (a dataclass
+    needs its module in ``sys.modules``)."""
+    module = types.ModuleType("rlkit.tasks.reverse_digits")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    source = code_blocks("Adding a task")[0]
+    exec(compile(source, "rlkit/tasks/reverse_digits.py", "exec"), vars(module))
+    yield TASKS["reverse_digits"]
+    del TASKS["reverse_digits"]
+
+
+def test_the_guides_task_registers_and_its_test_passes(
+    reverse_digits_task, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding a task", "test_reverse_digits", tmp_path, tiny_model_dir)
+
+
 def test_a_taken_or_unknown_loss_name_is_refused():
     from rlkit.losses import get_loss, register_loss
 
@@ -92,3 +114,10 @@ def test_a_taken_or_unknown_method_name_is_refused():
         register_method("grpo")(type("Again", (Method,), {}))
     with pytest.raises(ValueError, match=r"unknown method 'nope'; known: \[.*'grpo'"):
         get_method("nope")
+
+
+def test_a_taken_task_name_is_refused():
+    from rlkit.tasks import register_task
+
+    with pytest.raises(ValueError, match="'arithmetic' is already registered"):
+        register_task("arithmetic")(lambda task_cfg: None)
