@@ -31,6 +31,7 @@ from rlkit.models.spec import ModelSpec
 from rlkit.paths import check_dir, check_link
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
+from rlkit.tasks.registry import TASKS
 from rlkit.tasks.word_problems import word_problem_task
 from rlkit.tis import DEFAULT_TIS_TRIPWIRE, TIS_MODES, resolve_tis_cap
 
@@ -86,8 +87,9 @@ class ModelConfig(ModelSpec):
 class TaskConfig:
     """Where prompts come from and how completions are scored.
 
-    ``name``: ``arithmetic`` or ``word_problems`` (built-in), a math dataset short name
-    (``gsm8k``, ``math500``, …) or a local ``.jsonl``/``.json``/``.parquet`` path.
+    ``name``: a registered task (``arithmetic``, ``word_problems``, `rlkit.tasks.registry`), a
+    math dataset short name (``gsm8k``, ``math500``, …) or a local ``.jsonl``/``.json``/``.parquet``
+    path.
     """
 
     name: str = "arithmetic"
@@ -1228,11 +1230,11 @@ def _check_dataset(key: str, name: str) -> None:
         check_link(key, name)
         if not Path(name).is_file():
             raise ValueError(f"{key}: dataset file not found: {name}")
-    elif name not in ("arithmetic", "word_problems"):
+    elif name not in TASKS:
         try:
             resolve_spec(name)
         except ValueError as err:
-            raise ValueError(f"{key}: {err}") from None
+            raise ValueError(f"{key}: {err}; or a registered task: {sorted(TASKS)}") from None
 
 
 def check_paths(cfg: TrainConfig) -> None:

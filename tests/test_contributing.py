@@ -1,18 +1,23 @@
 """docs/contributing.md's worked examples run as written: the loss of "Adding a loss", the
-method of "Adding a method" and the engine of "Adding an engine" register from each section's
-first code block, and the section's test of it (its second block) passes."""
+method of "Adding a method", the estimator of "Adding an estimator", the task of "Adding a task"
+and the engine of "Adding an engine" register from each section's first code block, and the
+section's test of it (its second block) passes."""
 
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from rlkit import advantages
 from rlkit.advantages import ESTIMATORS
 from rlkit.engines import ENGINES
 from rlkit.losses import LOSSES
 from rlkit.methods import METHODS
+from rlkit.tasks import TASKS
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
 
@@ -61,6 +66,40 @@ def test_the_guides_method_registers_and_its_test_passes(
 
 
 @pytest.fixture
+def median_estimator():
+    """The guide's estimator class, run as if appended to ``rlkit/advantages.py``."""
+    source = code_blocks("Adding an estimator")[0]
+    namespace = dict(vars(advantages))
+    exec(compile(source, "rlkit/advantages.py", "exec"), namespace)
+    yield ESTIMATORS["median"]
+    del ESTIMATORS["median"]
+
+
+def test_the_guides_estimator_registers_and_its_test_passes(
+    median_estimator, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding an estimator", "test_median_baseline", tmp_path, tiny_model_dir)
+
+
+@pytest.fixture
+def reverse_digits_task(monkeypatch):
+    """The guide's task file, run as the module ``rlkit.tasks.reverse_digits`` (a dataclass
+    needs its module in ``sys.modules``)."""
+    module = types.ModuleType("rlkit.tasks.reverse_digits")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    source = code_blocks("Adding a task")[0]
+    exec(compile(source, "rlkit/tasks/reverse_digits.py", "exec"), vars(module))
+    yield TASKS["reverse_digits"]
+    del TASKS["reverse_digits"]
+
+
+def test_the_guides_task_registers_and_its_test_passes(
+    reverse_digits_task, tmp_path, tiny_model_dir
+):
+    run_guide_test("Adding a task", "test_reverse_digits", tmp_path, tiny_model_dir)
+
+
+@pytest.fixture
 def penalised_engine():
     """The guide's engine file, run as the module ``rlkit.engines.hf_penalised`` would be."""
     source = code_blocks("Adding an engine")[0]
@@ -91,3 +130,10 @@ def test_a_taken_or_unknown_method_name_is_refused():
         register_method("grpo")(type("Again", (Method,), {}))
     with pytest.raises(ValueError, match=r"unknown method 'nope'; known: \[.*'grpo'"):
         get_method("nope")
+
+
+def test_a_taken_task_name_is_refused():
+    from rlkit.tasks import register_task
+
+    with pytest.raises(ValueError, match="'arithmetic' is already registered"):
+        register_task("arithmetic")(lambda task_cfg: None)

@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass, fields
 
 from rlkit.tasks.base import Problem
+from rlkit.tasks.registry import register_task
 
 OPERATORS = {"add": "+", "sub": "-", "mul": "*"}
 TOPICS = ("add", "sub", "mul", "mix")
@@ -151,6 +152,12 @@ def arithmetic_task(options: dict, key: str = "task.arithmetic") -> ArithmeticTa
         return ArithmeticTask(**options)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{key}: {err}") from None
+
+
+@register_task("arithmetic")
+def from_config(task_cfg) -> ArithmeticTask:
+    """``task.name=arithmetic``: the task with the fields of ``task.arithmetic``."""
+    return arithmetic_task(task_cfg.arithmetic)
 
 
 def _sample_number(rng: random.Random, digits: int) -> int:

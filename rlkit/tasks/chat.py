@@ -9,10 +9,12 @@ so a leading BOS is dropped when the tokenizer adds it anyway.
 from __future__ import annotations
 
 import dataclasses
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from rlkit.tasks.base import Problem
+
+if TYPE_CHECKING:  # annotations only: checking a config must not load transformers
+    from transformers import PreTrainedTokenizerBase
 
 
 def render_chat_prompt(text: str, tokenizer: PreTrainedTokenizerBase) -> str:

@@ -6,6 +6,7 @@ import random
 import warnings
 
 from rlkit.tasks.base import Problem
+from rlkit.tasks.registry import TASKS
 
 EVAL_SUBSET_SEED = 0
 
@@ -22,18 +23,10 @@ def load_problems(task_cfg) -> tuple[list[Problem], list[Problem]]:
     """(train, eval) problems. The run's seed does not change the task (it only orders it): by
     default the arithmetic task is the one the built-in tiny model was warm-started on, and
     ``task.arithmetic`` changes its fields (topics, difficulties, split sizes); the same for the
-    word problems (``task.word_problems``)."""
-    if task_cfg.name == "arithmetic":
-        from rlkit.tasks.arithmetic import arithmetic_task
-
-        task = arithmetic_task(task_cfg.arithmetic)
-        train, evaluation = task.problems("train"), task.problems("eval")
-        return subset(train, task_cfg.num_train), subset(evaluation, task_cfg.num_eval)
-
-    if task_cfg.name == "word_problems":
-        from rlkit.tasks.word_problems import word_problem_task
-
-        task = word_problem_task(task_cfg.word_problems)
+    word problems (``task.word_problems``). A registered task (`rlkit.tasks.registry.TASKS`)
+    gives its own splits; any other ``task.name`` is a math dataset or a local file."""
+    if task_cfg.name in TASKS:
+        task = TASKS[task_cfg.name](task_cfg)
         train, evaluation = task.problems("train"), task.problems("eval")
         return subset(train, task_cfg.num_train), subset(evaluation, task_cfg.num_eval)
 

@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass, fields
 
 from rlkit.tasks.base import Problem
+from rlkit.tasks.registry import register_task
 
 INSTRUCTION = "Put the final answer in \\boxed{}."
 NAMES = ("Tom", "Sara", "Ali", "Mia", "Ben", "Lena", "Omar", "Emma", "Noah", "Zoe")
@@ -172,6 +173,12 @@ def word_problem_task(options: dict) -> WordProblemTask:
         return WordProblemTask(**options)
     except (TypeError, ValueError) as err:
         raise ValueError(f"task.word_problems: {err}") from None
+
+
+@register_task("word_problems")
+def from_config(task_cfg) -> WordProblemTask:
+    """``task.name=word_problems``: the task with the fields of ``task.word_problems``."""
+    return word_problem_task(task_cfg.word_problems)
 
 
 def _first_value(operation: str, a: int, b: int) -> int:
