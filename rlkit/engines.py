@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from rlkit.settings import When, equals, reads
+
 ENGINES: dict[str, type] = {}  # rollout.engine name → Engine entry
 
 
@@ -45,6 +47,7 @@ class Engine(Protocol):
     # out of training's budget (None: it shares training's)
     gpu_share: ClassVar[str | None]
     label: ClassVar[str]  # how the memory plan names the engine
+    reads: ClassVar[dict[str, When | None]]  # the config settings it reads (`rlkit.settings`)
 
     @staticmethod
     def decode(
@@ -96,6 +99,13 @@ def in_process_engines() -> tuple[str, ...]:
     return tuple(name for name, cls in ENGINES.items() if cls.decode is not None)
 
 
+# what an engine generating with the training model reads: its rows per generate call, and the
+# 4-bit base's dequantized copy (vLLM batches the rows itself and samples its own weights)
+IN_PROCESS = reads("rollout.generation_batch_size") | reads(
+    "rollout.generation_copy", when=equals("model.mode", "qlora")
+)
+
+
 class _Base:
     name: ClassVar[str] = ""
     same_forward: ClassVar[bool] = False
@@ -106,6 +116,7 @@ class _Base:
     own_weights: ClassVar[bool] = False
     gpu_share: ClassVar[str | None] = None
     label: ClassVar[str] = ""
+    reads: ClassVar[dict[str, When | None]] = {}
     decode = None
     build = None
 
@@ -117,6 +128,7 @@ class HFEngine(_Base):
     same_forward = True
     records_sampler_logp = False
     label = "HF generate"
+    reads = IN_PROCESS
 
     @staticmethod
     def decode(model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id, options, _):
@@ -143,6 +155,11 @@ class StaticEngine(_Base):
     fuses_lora = True
     compiles_step = True
     label = "static decode loop"
+    reads = (
+        IN_PROCESS
+        | reads("rollout.fuse_lora", when=equals("model.mode", "lora", "qlora"))
+        | reads("rollout.compile")
+    )
 
     @staticmethod
     def decode(
@@ -171,6 +188,7 @@ class VLLMEngineEntry(_Base):
     own_weights = True
     gpu_share = "vllm_memory"
     label = "vLLM"
+    reads = reads("rollout.vllm_memory")
 
     @staticmethod
     def build(cfg: Any, policy: Any, max_model_len: int | None) -> Any:

@@ -5,15 +5,14 @@ YAML preset (shipped in ``rlkit/configs``) or file, applies dotted overrides suc
 ``algo.estimator=ebpo rollout.group_size=4``, and validates everything before any work starts:
 an unknown key or a bad value raises ``ValueError`` naming the key. One module per job: the
 schema (:mod:`rlkit.config.schema`), reading YAML and overrides (:mod:`rlkit.config.loading`)
-and the checks across sections and against the filesystem (:mod:`rlkit.config.checks`).
+the checks across sections and against the filesystem (:mod:`rlkit.config.checks`), and who
+reads each setting (:mod:`rlkit.config.readers`).
 """
 
 from rlkit.config.checks import (
     _check_kwargs,
     check_combination,
-    check_dpo,
     check_paths,
-    ignored_settings,
     run_tis_cap,
     run_tis_tripwire,
 )
@@ -28,6 +27,7 @@ from rlkit.config.loading import (
     preset_names,
     read_yaml,
 )
+from rlkit.config.readers import ignored_settings, unread
 from rlkit.config.schema import (
     BUILTIN_MODEL,
     SAMPLING_STREAMS,
@@ -66,7 +66,6 @@ __all__ = [
     "TrainConfig",
     "_check_kwargs",
     "check_combination",
-    "check_dpo",
     "check_paths",
     "config_from_dict",
     "estimator_options",
@@ -78,6 +77,7 @@ __all__ = [
     "parse_override",
     "preset_names",
     "read_yaml",
+    "unread",
     "run_tis_cap",
     "run_tis_tripwire",
 ]

@@ -11,13 +11,14 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from rlkit.advantages import ESTIMATORS
 from rlkit.controllers import EMA_UPDATES
 from rlkit.engines import engine_names, get_engine
 from rlkit.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, loss_modes
 from rlkit.models.spec import ModelSpec
+from rlkit.settings import When, differs, equals, positive
 from rlkit.stats import MAD_MEDIANS
 from rlkit.tasks.arithmetic import arithmetic_task
 from rlkit.tasks.word_problems import word_problem_task
@@ -62,6 +63,13 @@ class ModelConfig(ModelSpec):
     name_or_path: str = BUILTIN_MODEL
     mode: str = "full"
 
+    # fields read only under another setting (`rlkit.settings`): the adapter's and the 4-bit
+    # base's
+    read_when: ClassVar[dict[str, When]] = dict.fromkeys(
+        ("lora_r", "lora_alpha", "lora_dropout", "target_modules"),
+        equals("model.mode", "lora", "qlora"),
+    ) | dict.fromkeys(("quant_type", "double_quant"), equals("model.mode", "qlora"))
+
     def __post_init__(self):
         self.name_or_path = expand_path("model.name_or_path", self.name_or_path)
         super().__post_init__()
@@ -91,6 +99,12 @@ class TaskConfig:
     # ``shift.step`` on, training prompts come from the arithmetic task ``shift.arithmetic``
     # (ArithmeticTask fields, as task.arithmetic); evaluation keeps this task's eval set.
     shift: dict = field(default_factory=dict)
+
+    # fields read only under another setting (`rlkit.settings`): the built-in task has its own
+    # prompts and eval split; in-process scoring enforces no timeout
+    read_when: ClassVar[dict[str, When]] = dict.fromkeys(
+        ("template", "eval_name"), differs("task.name", "arithmetic")
+    ) | {"reward_timeout_s": positive("task.reward_workers")}
 
     def __post_init__(self):
         self.name = expand_path("task.name", self.name)
@@ -259,6 +273,13 @@ class RolloutConfig:
     # group generated as a batch of its own, evaluation per problem: the samples do not depend
     # on the number of processes, and a run resumes at another world size
     sampling_stream: str = "rank"
+
+    # fields read only under another setting (`rlkit.settings`): DAPO's refills and its
+    # overlong reward shaping
+    read_when: ClassVar[dict[str, When]] = {
+        "max_gen_batches": equals("rollout.dynamic_sampling", True),
+        "overlong_penalty": positive("rollout.overlong_buffer"),
+    }
 
     def __post_init__(self):
         _positive("rollout.num_prompts", self.num_prompts)

@@ -11,11 +11,11 @@ name; :func:`build_method` builds it with its ``from_config``.
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Any
 
-from rlkit.config import TrainConfig
+from rlkit.config.schema import TrainConfig
 from rlkit.dist import Collective
+from rlkit.settings import setting, show
 
 DEFAULT_METHOD = "grpo"  # GRPO, Dr. GRPO, RLOO, EBPO, …: the estimator's advantages alone
 METHODS: dict[str, type] = {}  # name → Method subclass
@@ -43,15 +43,6 @@ def get_method(name: str) -> type:
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}")
     return METHODS[name]
-
-
-def setting(cfg: Any, key: str) -> Any:
-    """The value of dotted config key ``key`` (``agpo.enabled``) in ``cfg``."""
-    return reduce(getattr, key.split("."), cfg)
-
-
-def show(key: str, value: Any) -> str:
-    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
 def method_name(cfg: TrainConfig) -> str:
