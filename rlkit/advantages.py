@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlkit.dpo import pair_roles
+from rlkit.settings import When, differs, equals, given, reads
 from rlkit.stats import RunningMoments, check_dispersion, dispersion, group_std
 
 ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
@@ -62,6 +63,7 @@ class AdvantageEstimator:
     # options set by another config section's key, {option: "section.key"} (AGPO's advantage
     # shares the probe's dispersion, §1); ``algo.options`` may not set them otherwise
     shared_settings: dict[str, str] = {}
+    reads: dict[str, When | None] = {}  # the config settings it reads (`rlkit.settings`)
     # the estimator keeps state per prompt: __call__ needs each prompt's ``prompt_ids`` (SPO)
     needs_prompt_ids = False
 
@@ -274,6 +276,10 @@ class AGPOAdvantage(AdvantageEstimator):
     ``mad_median``: the MAD's median at even G, ``midpoint`` or the authors' ``lower`` (§1)."""
 
     shared_settings = {"dispersion": "agpo.dispersion", "mad_median": "agpo.mad_median"}
+    reads = reads("agpo.dispersion") | reads(
+        "agpo.mad_median",
+        when=equals("agpo.dispersion", "mad"),  # only the MAD has a median
+    )
 
     def __init__(self, dispersion: str = "std", mad_median: str = "midpoint"):
         check_dispersion(dispersion, mad_median)
@@ -303,6 +309,12 @@ class EBPO(AdvantageEstimator):
 
     min_group_size = 1  # the prior μ_glob is a baseline even for a group of one
     uses_clusters = True
+    reads = (
+        reads("algo.cluster_key")
+        # prior=batch restarts the prior from the batch every step
+        | reads("algo.options.prior_decay", when=differs("algo.options.prior", "batch"))
+        | reads("algo.options.min_cluster_count", when=given("algo.cluster_key"))
+    )
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import torch
 
 if TYPE_CHECKING:
-    from rlkit.config import TrainConfig
+    from rlkit.config.schema import TrainConfig
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from rlkit.config import TrainConfig, from_dict, load_config, merge_overrides, read_yaml
+from rlkit.config import TrainConfig, config_from_dict, load_config, merge_overrides, read_yaml
 
 CHECKPOINTS = "checkpoints"
 CONFIG = "config.yaml"
@@ -195,7 +195,7 @@ def saved_config(
     overrides = ["model.trust_remote_code=false", *overrides, f"output_dir={run_dir}"]
     if check_paths:
         return load_config(str(path), overrides)
-    return from_dict(TrainConfig, merge_overrides(read_yaml(str(path)), overrides))
+    return config_from_dict(merge_overrides(read_yaml(str(path)), overrides))
 
 
 def check_resume_config(saved: TrainConfig, wanted: TrainConfig) -> None:

@@ -59,6 +59,14 @@ def resolve_tis_cap(
     return float(tis_cap)
 
 
+def resolve_tis_tripwire(cap: float | None, tripwire: float | str) -> float | None:
+    """The divergence tripwire in nats (:func:`check_divergence`) for ``loss.tis_tripwire``
+    where the cap is ``cap`` (None: no sampler log-probs are recorded, so none)."""
+    if cap is None or tripwire == "off":
+        return None
+    return DEFAULT_TIS_TRIPWIRE if tripwire == "auto" else float(tripwire)
+
+
 # loss.tis_mode: TRL 1.16's vllm_importance_sampling_mode values (with its upper bound C alone)
 TIS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 

@@ -6,6 +6,7 @@ The command line answers exit code 2 and one line naming the problem, before a m
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -133,9 +134,7 @@ def test_output_dir_that_is_a_file_or_under_one(tmp_path, capsys, no_model_load)
 
 
 def test_output_dir_not_writable(tmp_path, capsys, no_model_load, monkeypatch):
-    import rlkit.config as config_module
-
-    monkeypatch.setattr(config_module.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     assert main(["train", f"output_dir={tmp_path / 'run'}"]) == 2
     assert "is not writable" in error_line(capsys)
 

@@ -285,19 +285,30 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         (
             "tiny-cpu",
             ["agpo.clip={alpha: 0.0}"],
-            r"^agpo\.clip=\{'alpha': 0\.0\} .*agpo\.enabled=false",
+            r"^agpo\.clip=\{'alpha': 0\.0\} is read only by the method agpo \(agpo\.enabled=true\)",
         ),
-        ("tiny-cpu", ["agpo.probe=reuse"], r"^agpo\.probe='reuse' .*agpo\.enabled=false"),
-        ("tiny-cpu", ["agpo.dispersion=mad"], r"agpo\.enabled=false and algo\.estimator=grpo"),
+        (
+            "tiny-cpu",
+            ["agpo.probe=reuse"],
+            r"^agpo\.probe='reuse' is read only by the method agpo \(agpo\.enabled=true\)",
+        ),
+        (
+            "tiny-cpu",
+            ["agpo.dispersion=mad"],
+            r"^agpo\.dispersion='mad' is read only by the estimator agpo .*"
+            r"this config's estimator is grpo and its method is grpo",
+        ),
         (
             "tiny-cpu",
             ["agpo.enabled=true", "agpo.mad_median=lower"],
-            r"^agpo\.mad_median='lower' has no effect with agpo\.dispersion=std: only the MAD",
+            r"^agpo\.mad_median='lower' is read only with agpo\.dispersion=mad .*"
+            r"this config has agpo\.dispersion=std",
         ),
         (
             "tiny-cpu",
             ["agpo.mad_median=lower"],
-            r"^agpo\.mad_median='lower' .*agpo\.enabled=false and algo\.estimator=grpo",
+            r"^agpo\.mad_median='lower' is read only by the estimator agpo .*"
+            r"this config's estimator is grpo and its method is grpo",
         ),
         (
             "tiny-cpu",
@@ -309,7 +320,11 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
             ["agpo.enabled=true", "agpo.adaptive_temperature=false", "agpo.temperature={lam: 0.3}"],
             r"^agpo\.temperature=.* agpo\.adaptive_temperature=false",
         ),
-        ("tiny-cpu", ["agpo.ema_update=per_minibatch"], r"^agpo\.ema_update=.*agpo\.enabled=false"),
+        (
+            "tiny-cpu",
+            ["agpo.ema_update=per_minibatch"],
+            r"^agpo\.ema_update=.*agpo \(agpo\.enabled=true\).*this config's method is grpo",
+        ),
         (
             "tiny-cpu",
             [
@@ -318,23 +333,33 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
                 "agpo.adaptive_clip=false",
                 "agpo.ema_update=per_minibatch",
             ],
-            r"^agpo\.ema_update=.*agpo\.adaptive_clip=false: no controller keeps a running",
+            r"^agpo\.ema_update=.*this config has agpo\.adaptive_temperature=false and "
+            r"agpo\.adaptive_clip=false",
         ),
         (
             "tiny-cpu",
             ["algo.cluster_key=topic"],
-            r"^algo\.cluster_key='topic' .*algo\.estimator=grpo",
+            r"^algo\.cluster_key='topic' .*ebpo .*this config's estimator is grpo",
         ),
         ("tiny-cpu", ["rollout.max_gen_batches=5"], r"rollout\.dynamic_sampling=false"),
         ("tiny-cpu", ["rollout.overlong_penalty=0.5"], r"rollout\.overlong_buffer=0"),
-        ("tiny-cpu", ["rollout.vllm_memory=0.5"], r"rollout\.engine=hf"),
+        (
+            "tiny-cpu",
+            ["rollout.vllm_memory=0.5"],
+            r"^rollout\.vllm_memory=0\.5 is read only by the engine vllm .*this config's engine is hf",
+        ),
         (
             "qwen3-8b-qlora",
             ["rollout.engine=vllm"],
-            r"^rollout\.generation_batch_size='auto' has no effect with rollout\.engine=vllm",
+            r"^rollout\.generation_batch_size='auto' is read only by the engines hf .*"
+            r"this config's engine is vllm",
         ),
         ("tiny-cpu", ["loss.kl_estimator=k1"], r"^loss\.kl_estimator='k1' .*loss\.kl_coef=0"),
-        ("tiny-cpu", ["model.lora_r=4"], r"^model\.lora_r=4 has no effect with model\.mode=full"),
+        (
+            "tiny-cpu",
+            ["model.lora_r=4"],
+            r"^model\.lora_r=4 is read only with model\.mode=lora or qlora; .*model\.mode=full",
+        ),
         (
             "qwen3-8b-qlora",
             ["model.mode=lora", "model.quant_type=fp4"],
@@ -345,12 +370,14 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         (
             "tiny-cpu",
             ["algo.estimator=ebpo", "algo.options={prior: batch, prior_decay: 0.9}"],
-            r"^algo\.options\.prior_decay=0\.9 has no effect with algo\.options\.prior=batch",
+            r"^algo\.options\.prior_decay=0\.9 is read only with algo\.options\.prior other than "
+            r"batch .*this config has algo\.options\.prior=batch",
         ),
         (
             "tiny-cpu",
             ["algo.estimator=ebpo", "algo.options={min_cluster_count: 2}"],
-            r"^algo\.options\.min_cluster_count=2 .*algo\.cluster_key unset",
+            r"^algo\.options\.min_cluster_count=2 is read only with algo\.cluster_key set .*"
+            r"algo\.cluster_key=None",
         ),
     ],
 )

@@ -267,15 +267,19 @@ def test_fuse_lora_resolves_and_refuses_where_it_cannot_act():
     assert not resolve_fuse_lora(False, "hf_static", "lora")
     lora = ["model.mode=lora", "model.name_or_path=/tmp"]
     with pytest.raises(
-        ValueError, match=r"^rollout\.fuse_lora=True has no effect with rollout\.engine=hf"
+        ValueError,
+        match=r"^rollout\.fuse_lora=True is read only by the engine hf_static .*engine is hf:",
     ):
         load_config("tiny-cpu", [*lora, "rollout.fuse_lora=true"])
     with pytest.raises(
-        ValueError, match=r"^rollout\.compile=True has no effect with rollout\.engine=vllm"
+        ValueError,
+        match=r"^rollout\.compile=True is read only by the engine hf_static .*engine is vllm:",
     ):
         load_config("tiny-cpu", [*lora, "rollout.engine=vllm", "rollout.compile=true"])
     with pytest.raises(
-        ValueError, match=r"^rollout\.fuse_lora=False has no effect with model\.mode=full"
+        ValueError,
+        match=r"^rollout\.fuse_lora=False is read only with model\.mode=lora or qlora .*"
+        r"this config has model\.mode=full",
     ):
         load_config("tiny-cpu", ["rollout.engine=hf_static", "rollout.fuse_lora=false"])
     with pytest.raises(ValueError, match=r"rollout\.fuse_lora must be one of \['auto'\]"):

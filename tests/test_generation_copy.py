@@ -239,11 +239,11 @@ def test_a_device_without_room_for_the_copy_is_refused(monkeypatch):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model.mode=lora", COPY], r"rollout.generation_copy='dequantized' has no effect with "
-                                    r"model.mode=lora"),
-        (["model.mode=full", COPY], "model.mode=full: there is no 4-bit base"),
+        (["model.mode=lora", COPY], r"rollout.generation_copy='dequantized' is read only with "
+                                    r"model.mode=qlora .*this config has model.mode=lora"),
+        (["model.mode=full", COPY], "model.mode=qlora .*this config has model.mode=full"),
         (["model.mode=qlora", COPY, "rollout.engine=vllm"],
-         "rollout.generation_copy='dequantized' has no effect with rollout.engine=vllm"),
+         "rollout.generation_copy='dequantized' is read only by the engines hf .*engine is vllm"),
         (["model.mode=qlora", COPY, "loss.ratio_temperature=1.0"],
          "rollout.generation_copy=dequantized.*needs loss.ratio_temperature=sampling"),
         (["rollout.generation_copy=bf16"], "rollout.generation_copy must be one of"),

@@ -207,7 +207,9 @@ def test_the_tripwire_can_be_set_or_switched_off_and_is_refused_where_nothing_is
     for bad, message in (("-1", "must be"), ("never", "loss.tis_tripwire")):
         with pytest.raises(ValueError, match=message):
             make_config(tmp_path, tiny_model_dir, f"loss.tis_tripwire={bad}")
-    with pytest.raises(ValueError, match="loss.tis_tripwire.*no sampler log-probs are recorded"):
+    with pytest.raises(
+        ValueError, match="loss.tis_tripwire.*read only with sampler log-probs recorded"
+    ):
         make_config(tmp_path, tiny_model_dir, "loss.tis_tripwire=0.1")
 
 
@@ -243,7 +245,9 @@ def test_a_run_trains_in_every_mode_and_a_mode_is_refused_where_nothing_is_weigh
     Trainer(make_config(tmp_path, tiny_model_dir, *overrides)).train()
     row = read_metrics(tmp_path)[-1]
     assert row["sampling/sampling_logp_difference/mean"] < 1e-4  # float32 rounding
-    with pytest.raises(ValueError, match="loss.tis_mode.*no sampler log-probs are recorded"):
+    with pytest.raises(
+        ValueError, match="loss.tis_mode.*read only with sampler log-probs recorded"
+    ):
         make_config(tmp_path / "hf", tiny_model_dir, f"loss.tis_mode={mode}")
     with pytest.raises(ValueError, match="loss.tis_mode"):
         make_config(tmp_path / "bad", tiny_model_dir, "loss.tis_mode=sequence")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 from rlkit.registry import Registry
+from rlkit.settings import When, equals, reads
 
 if TYPE_CHECKING:
     from rlkit.rollout_batch import RolloutBatch
@@ -48,6 +49,7 @@ class Engine(Protocol):
     # out of training's budget (None: it shares training's)
     gpu_share: ClassVar[str | None]
     label: ClassVar[str]  # how the memory plan names the engine
+    reads: ClassVar[dict[str, When | None]]  # the config settings it reads (`rlkit.settings`)
 
     @staticmethod
     def decode(
@@ -110,6 +112,13 @@ def in_process_engines() -> tuple[str, ...]:
     return tuple(name for name, cls in ENGINES.items() if cls.decode is not None)
 
 
+# what an engine generating with the training model reads: its rows per generate call, and the
+# 4-bit base's dequantized copy (vLLM batches the rows itself and samples its own weights)
+IN_PROCESS = reads("rollout.generation_batch_size") | reads(
+    "rollout.generation_copy", when=equals("model.mode", "qlora")
+)
+
+
 class EngineEntry:
     """A registered engine's defaults (:class:`Engine`): an entry subclasses it and sets what
     differs, with either ``decode`` (in-process) or ``build`` (an object of its own)."""
@@ -123,5 +132,6 @@ class EngineEntry:
     own_weights: ClassVar[bool] = False
     gpu_share: ClassVar[str | None] = None
     label: ClassVar[str] = ""
+    reads: ClassVar[dict[str, When | None]] = {}
     decode = None
     build = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlkit.engines.base import EngineEntry, register_engine
+from rlkit.engines.base import IN_PROCESS, EngineEntry, register_engine
 
 
 @register_engine("hf")
@@ -12,6 +12,7 @@ class HFEngine(EngineEntry):
     same_forward = True
     records_sampler_logp = False
     label = "HF generate"
+    reads = IN_PROCESS
 
     @staticmethod
     def decode(model, input_ids, attention_mask, max_new_tokens, eos_ids, pad_id, options, _):

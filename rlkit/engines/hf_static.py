@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rlkit.engines.base import EngineEntry, register_engine
+from rlkit.engines.base import IN_PROCESS, EngineEntry, register_engine
+from rlkit.settings import equals, reads
 
 
 @register_engine("hf_static")
@@ -12,6 +13,11 @@ class StaticEngine(EngineEntry):
     fuses_lora = True
     compiles_step = True
     label = "static decode loop"
+    reads = (
+        IN_PROCESS
+        | reads("rollout.fuse_lora", when=equals("model.mode", "lora", "qlora"))
+        | reads("rollout.compile")
+    )
 
     @staticmethod
     def decode(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlkit.engines.base import EngineEntry, register_engine
+from rlkit.settings import reads
 
 
 @register_engine("vllm")
@@ -16,6 +17,7 @@ class VLLMEngineEntry(EngineEntry):
     own_weights = True
     gpu_share = "vllm_memory"
     label = "vLLM"
+    reads = reads("rollout.vllm_memory")
 
     @staticmethod
     def build(cfg: Any, policy: Any, max_model_len: int | None) -> Any:

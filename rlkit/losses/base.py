@@ -23,6 +23,7 @@ import torch
 
 from rlkit.losses.core import aggregate_loss, kl_divergence, masked_mean
 from rlkit.registry import Registry
+from rlkit.settings import When
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,14 @@ class Loss:
     term's ``kl``); ``keeps_order``: its micro-batches take the units in the drawn order, never
     in prompt order (a loss that selects tokens by the micro-batch's statistics: Clip-Cov and
     KL-Cov, §4b); ``pairs``: its units are (chosen, rejected) row pairs (DPO, §4d), so
-    ``loss.loss_mode`` cannot name it."""
+    ``loss.loss_mode`` cannot name it; ``reads``: the config settings it reads
+    (`rlkit.settings`)."""
 
     metrics: tuple[str, ...] = ()
     late_metrics: tuple[str, ...] = ()
     keeps_order = False
     pairs = False
+    reads: dict[str, When | None] = {}
 
     def __call__(self, logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
         raise NotImplementedError
@@ -94,9 +97,9 @@ class Loss:
 class Registered(Loss):
     """A registered function with its declared metrics."""
 
-    def __init__(self, fn: Callable, metrics, keeps_order: bool, pairs: bool):
+    def __init__(self, fn: Callable, metrics, keeps_order: bool, pairs: bool, reads: dict):
         self.fn, self.metrics = fn, tuple(metrics)
-        self.keeps_order, self.pairs = keeps_order, pairs
+        self.keeps_order, self.pairs, self.reads = keeps_order, pairs, reads
         self.__doc__ = fn.__doc__
 
     def __call__(self, logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
@@ -111,12 +114,14 @@ def register_loss(
     metrics: tuple[str, ...] = (),
     keeps_order: bool = False,
     pairs: bool = False,
+    reads: dict[str, When | None] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Register ``fn(logp, sub, ctx) -> LossOutput`` as the loss ``name`` (``loss.loss_mode=name``
-    unless ``pairs``), reporting ``metrics`` (see :class:`Loss`); a taken name is a ValueError."""
+    unless ``pairs``), reporting ``metrics`` and reading the config settings ``reads`` (see
+    :class:`Loss`); a taken name is a ValueError."""
 
     def add(fn: Callable) -> Callable:
-        LOSSES.add(name, Registered(fn, metrics, keeps_order, pairs), fn)
+        LOSSES.add(name, Registered(fn, metrics, keeps_order, pairs, reads or {}), fn)
         return fn
 
     return add

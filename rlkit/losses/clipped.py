@@ -12,8 +12,11 @@ import torch
 
 from rlkit.losses.base import LossContext, LossOutput, register_loss
 from rlkit.losses.core import ClipStats, clipped_surrogate, masked_mean, per_row
+from rlkit.settings import reads
 
 CLIP_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+CLIP = reads("loss.eps_low", "loss.eps_high")  # the ratio's clip (the method's clip rule's ε)
+DUAL_CLIP = CLIP | reads("loss.dual_clip")
 
 
 def clip_metrics(clipped: ClipStats) -> dict[str, torch.Tensor]:
@@ -21,7 +24,7 @@ def clip_metrics(clipped: ClipStats) -> dict[str, torch.Tensor]:
     return dict(zip(CLIP_METRICS, (clipped.low, clipped.high, clipped.region), strict=True))
 
 
-@register_loss("vanilla", CLIP_METRICS)
+@register_loss("vanilla", CLIP_METRICS, reads=DUAL_CLIP)
 def vanilla(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     """The PPO clipped surrogate with asymmetric per-row ε and, with ``loss.dual_clip`` = c,
     dual-clip PPO's cap at −c·A for A < 0 (§4, :func:`~rlkit.losses.core.clipped_surrogate`)."""
@@ -104,7 +107,12 @@ def kl_cov(
     return loss, masked_mean(log_ratio.abs().detach(), mask)
 
 
-@register_loss("clip_cov", (*CLIP_METRICS, "clip_cov/pg_clipfrac"), keeps_order=True)
+@register_loss(
+    "clip_cov",
+    (*CLIP_METRICS, "clip_cov/pg_clipfrac"),
+    keeps_order=True,
+    reads=DUAL_CLIP | reads("loss.clip_cov_ratio", "loss.clip_cov_lb", "loss.clip_cov_ub"),
+)
 def clip_cov_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     """Clip-Cov (§4b): the clipped surrogate (:func:`vanilla`, dual clip included) with
     :func:`clip_cov`'s tokens detached, N the micro-batch's real tokens, as in verl."""
@@ -124,7 +132,12 @@ def clip_cov_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     return LossOutput(loss, out.stats | {"clip_cov/pg_clipfrac": frac})
 
 
-@register_loss("kl_cov", (*CLIP_METRICS, "kl_cov/ppo_kl"), keeps_order=True)
+@register_loss(  # its surrogate −ρ·A is not clipped (verl's kl_cov): no loss.eps_*
+    "kl_cov",
+    (*CLIP_METRICS, "kl_cov/ppo_kl"),
+    keeps_order=True,
+    reads=reads("loss.kl_cov_ratio", "loss.ppo_kl_coef"),
+)
 def kl_cov_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     """KL-Cov (§4b): :func:`kl_cov` on the micro-batch's statistics, as in verl. Its
     surrogate is unclipped: its ``clip_ratio/*`` are 0."""

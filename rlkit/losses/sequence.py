@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rlkit.losses.base import LossContext, LossOutput, register_loss
-from rlkit.losses.clipped import CLIP_METRICS, clip_metrics
+from rlkit.losses.clipped import CLIP, CLIP_METRICS, clip_metrics
 from rlkit.losses.core import ClipStats, masked_mean, per_row
 
 
@@ -80,7 +80,7 @@ def cispo(
     return loss, stats
 
 
-@register_loss("gspo", CLIP_METRICS)
+@register_loss("gspo", CLIP_METRICS, reads=CLIP)  # no dual clip (TRL's and verl's have none)
 def gspo_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     """GSPO (§4f) with the micro-batch's per-row ε: :func:`gspo`."""
     loss, clipped = gspo(
@@ -89,7 +89,7 @@ def gspo_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     return LossOutput(loss, clip_metrics(clipped))
 
 
-@register_loss("cispo", CLIP_METRICS)
+@register_loss("cispo", CLIP_METRICS, reads=CLIP)  # no dual clip (TRL's and verl's have none)
 def cispo_loss(logp: torch.Tensor, sub, ctx: LossContext) -> LossOutput:
     """CISPO (§4f) with the micro-batch's per-row ε: :func:`cispo`."""
     loss, clipped = cispo(

@@ -11,15 +11,23 @@ import torch
 from rlkit.advantages import ESTIMATORS, AdvantageEstimator, AGPOAdvantage
 from rlkit.batch import Groups, PolicyPass
 from rlkit.clip_rules import AdaptiveClipRule
-from rlkit.config import TrainConfig
+from rlkit.config.schema import TrainConfig
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature, ProbeStats
 from rlkit.dist import Collective, Local
-from rlkit.losses import ClipRule
+from rlkit.losses import ClipRule, get_loss
 from rlkit.methods.base import Method, Sampler, configured_estimator
 from rlkit.methods.registry import register_method
+from rlkit.settings import Refuses, Replaces, When, equals, reads
 from rlkit.tasks.base import Problem
 
 STAT_FIELDS = ("dispersion", "skewness", "vote_entropy")
+ADAPTIVE_CLIP = equals("agpo.adaptive_clip", True)
+ADAPTIVE_TEMPERATURE = equals("agpo.adaptive_temperature", True)
+UNCLIPPED_LOSS = When(  # KL-Cov's −ρ·A (docs/algorithms.md §4b)
+    "a loss.loss_mode that reads no ratio clip",
+    lambda cfg: "loss.eps_low" not in get_loss(cfg.loss.loss_mode).reads,
+    ("loss.loss_mode",),
+)
 
 
 def summary(prefix: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -49,6 +57,31 @@ class AGPO(Method):
     switch = ("agpo.enabled", True)
     needs_entropy = True
     needs_step_kl = True
+    min_group_size = 2  # the probe's statistics need two completions
+    reads = (
+        Method.reads
+        | reads("agpo.probe", "agpo.adaptive_temperature", "agpo.adaptive_clip")
+        | AGPOAdvantage.reads  # the probe's dispersion, as the advantage's (§1)
+        | reads("agpo.temperature", when=ADAPTIVE_TEMPERATURE)
+        | reads("agpo.clip", when=ADAPTIVE_CLIP)
+        | reads("agpo.ema_update", when=ADAPTIVE_TEMPERATURE | ADAPTIVE_CLIP)  # their averages
+    )
+    replaces = (
+        Replaces(
+            ("loss.eps_low", "loss.eps_high"),
+            "AGPO's clip radius replaces it (symmetric, per prompt, from agpo.clip's eps_base, "
+            "default 0.2)",
+            ADAPTIVE_CLIP,
+            "set the radius in agpo.clip, or agpo.adaptive_clip=false to keep the loss's clip",
+        ),
+    )
+    refuses = (
+        Refuses(
+            ADAPTIVE_CLIP & UNCLIPPED_LOSS,
+            "the loss's surrogate has no ratio clip for AGPO's ε to set",
+            "set agpo.adaptive_clip=false",
+        ),
+    )
 
     def __init__(
         self,

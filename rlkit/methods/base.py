@@ -24,16 +24,32 @@ import torch
 from rlkit.advantages import AdvantageEstimator, AdvantageResult, get_estimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch, UpdateResult
 from rlkit.clip_rules import FixedClip
-from rlkit.config import TrainConfig, estimator_options, run_tis_cap, run_tis_tripwire
+from rlkit.config.schema import TrainConfig, estimator_options
 from rlkit.controllers import ProbeStats
 from rlkit.dist import Collective
 from rlkit.losses import ClipRule, KLPenalty, Loss, MiniBatchShare, get_loss
 from rlkit.methods.registry import DEFAULT_METHOD, register_method
+from rlkit.settings import Refuses, Replaces, When, equals, positive, reads
 from rlkit.tasks.base import Problem
-from rlkit.tis import TruncatedIS
+from rlkit.tis import TruncatedIS, resolve_tis_cap, resolve_tis_tripwire
 
 # the update (rlkit.update.PolicyUpdate): (batch, clip rule, step, units=None) -> UpdateResult
 Update = Callable[..., UpdateResult]
+
+
+def sampler_tis_cap(cfg: TrainConfig) -> float | None:
+    """C of truncated IS for ``cfg``'s loss and sampler (`rlkit.tis.resolve_tis_cap`), for a
+    method whose loss takes per-token weights."""
+    return resolve_tis_cap(cfg.loss.tis_cap, cfg.rollout.engine, cfg.rollout.generation_copy)
+
+
+# the sampler's log-probs are recorded, so truncated IS weighs the tokens (rlkit.tis)
+SAMPLER_LOGP = When(
+    "sampler log-probs recorded (loss.tis_cap a number, or auto with a sampler other than the "
+    "training forward)",
+    lambda cfg: sampler_tis_cap(cfg) is not None,
+    ("loss.tis_cap", "rollout.engine", "rollout.generation_copy"),
+)
 
 
 def configured_estimator(cfg: TrainConfig) -> AdvantageEstimator:
@@ -74,6 +90,26 @@ class Method:
     needs_values = False  # a value head, and V_old from π_old's pass (PPO)
     needs_reference = False  # the reference pass, whatever loss.kl_coef is (PPO's reward KL)
     needs_old = True  # the loss reads π_old (DPO's does not)
+    min_group_size = 1  # completions a group needs beyond the estimator's (AGPO's probe: 2)
+    # the config settings it reads (`rlkit.settings`): the wrappers around loss.loss_mode's
+    # entry (the KL term, truncated IS, the aggregation)
+    reads: dict[str, When | None] = (
+        reads(
+            "loss.loss_mode",
+            "loss.kl_coef",
+            "loss.loss_agg",
+            "loss.exclude_zero_var_from_norm",
+            "loss.tis_cap",
+        )
+        # the KL term, or its metric, runs where the reference pass does (rlkit.pass_plan)
+        | reads(
+            "loss.kl_estimator",
+            when=positive("loss.kl_coef") | equals("optim.skip_redundant_passes", False),
+        )
+        | reads("loss.tis_mode", "loss.tis_tripwire", when=SAMPLER_LOGP)
+    )
+    replaces: tuple[Replaces, ...] = ()  # settings its mechanism takes the place of
+    refuses: tuple[Refuses, ...] = ()  # combinations it cannot run
 
     def __init__(
         self,
@@ -142,8 +178,9 @@ class Method:
         the KL term where the reference pass runs (``reference``), as each micro-batch's share
         of its mini-batch's loss."""
         loss = get_loss(cfg.loss.loss_mode)
-        if (cap := run_tis_cap(cfg)) is not None:
-            loss = TruncatedIS(loss, cap, cfg.loss.tis_mode, run_tis_tripwire(cfg))
+        if (cap := sampler_tis_cap(cfg)) is not None:
+            tripwire = resolve_tis_tripwire(cap, cfg.loss.tis_tripwire)
+            loss = TruncatedIS(loss, cap, cfg.loss.tis_mode, tripwire)
         if reference:
             loss = KLPenalty(loss, cfg.loss.kl_coef, cfg.loss.kl_estimator)
         return MiniBatchShare(loss, cfg.loss.loss_agg, cfg.rollout.max_new_tokens)

@@ -7,12 +7,13 @@ import torch
 
 from rlkit.advantages import AdvantageEstimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch
-from rlkit.config import DPOConfig, TrainConfig
+from rlkit.config.schema import DPOConfig, TrainConfig
 from rlkit.dist import Collective
 from rlkit.dpo import build_pairs
 from rlkit.losses import Loss, get_loss
 from rlkit.methods.base import Method, Sampler, Update, configured_estimator
 from rlkit.methods.registry import register_method
+from rlkit.settings import Refuses, Replaces, When, equals, reads
 from rlkit.tasks.base import Problem
 
 
@@ -30,6 +31,48 @@ class DPO(Method):
     switch = ("algo.estimator", "dpo")
     needs_reference = True
     needs_old = False  # the loss's ratio is to π_ref; π_old's pass runs only for the entropy
+    reads = reads("dpo.beta", "dpo.mode") | reads(
+        "dpo.offline_batches",
+        when=equals("dpo.mode", "offline"),  # online: every pair is fresh
+    )
+    replaces = (
+        Replaces(
+            (
+                "loss.eps_low",
+                "loss.eps_high",
+                "loss.dual_clip",
+                "loss.kl_coef",
+                "loss.loss_agg",
+                "loss.exclude_zero_var_from_norm",
+                "loss.loss_mode",
+                "loss.tis_cap",
+                "loss.tis_mode",
+                "loss.tis_tripwire",
+            ),
+            "its preference loss on sequence log-probs replaces the clipped surrogate, its KL "
+            "term, token aggregation and importance weights (β is dpo.beta)",
+        ),
+    )
+    refuses = (
+        Refuses(
+            equals("parallel.strategy", "fsdp2"),
+            "DPO trains on one process only (each rank's pairs would differ in number, and "
+            "the ranks' gradient reductions with them)",
+            "run one process",
+        ),
+        Refuses(
+            equals("dpo.mode", "offline") & equals("rollout.dynamic_sampling", True),
+            "offline DPO replays the groups it collected at the first step and generates "
+            "nothing to refill with",
+            "set rollout.dynamic_sampling=false or dpo.mode=online",
+        ),
+        Refuses(
+            equals("dpo.mode", "offline")
+            & When("task.shift", lambda cfg: bool(cfg.task.shift), ("task.shift",)),
+            "offline DPO collects its prompts at the first step, before the shift",
+            "leave task.shift out or set dpo.mode=online",
+        ),
+    )
 
     def __init__(
         self,

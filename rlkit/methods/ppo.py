@@ -9,7 +9,7 @@ import torch
 
 from rlkit.advantages import AdvantageEstimator
 from rlkit.batch import Groups, PolicyPass, TrainBatch
-from rlkit.config import PPOConfig, TrainConfig
+from rlkit.config.schema import PPOConfig, TrainConfig
 from rlkit.dist import Collective, Local
 from rlkit.losses import Loss, WithTerm, kl_divergence
 from rlkit.methods.base import Method, configured_estimator
@@ -23,6 +23,7 @@ from rlkit.ppo import (
     token_rewards,
     whiten,
 )
+from rlkit.settings import Refuses, equals, reads
 
 
 @register_method("ppo")
@@ -34,6 +35,32 @@ class PPO(Method):
 
     switch = ("algo.estimator", "ppo")
     needs_values = True
+    reads = (
+        Method.reads
+        | reads(
+            "ppo.gamma",
+            "ppo.lam",
+            "ppo.vf_coef",
+            "ppo.cliprange_value",
+            "ppo.whiten_advantages",
+            "ppo.kl_coef",
+            "ppo.adaptive_kl",
+        )
+        | reads("ppo.kl_target", "ppo.kl_horizon", when=equals("ppo.adaptive_kl", True))
+    )
+    refuses = (
+        Refuses(
+            equals("loss.exclude_zero_var_from_norm", True),
+            "PPO's advantages come from its value head, so a group whose rewards are all equal "
+            "still has a policy gradient",
+            "set loss.exclude_zero_var_from_norm=false",
+        ),
+        Refuses(
+            equals("parallel.strategy", "fsdp2"),
+            "PPO's value head is saved from whole weights, which FSDP2 shards",
+            "use parallel.strategy=ddp",
+        ),
+    )
 
     def __init__(
         self,

@@ -11,27 +11,18 @@ name; :func:`build_method` builds it with its ``from_config``.
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Any
 
-from rlkit.config import TrainConfig
+from rlkit.config.schema import TrainConfig
 from rlkit.dist import Collective
 from rlkit.registry import Registry
+from rlkit.settings import setting, show
 
 DEFAULT_METHOD = "grpo"  # GRPO, Dr. GRPO, RLOO, EBPO, …: the estimator's advantages alone
 METHODS: Registry[type] = Registry("method", sort_known=True)  # name → Method subclass
 # class decorator adding a method under a name; a name registered twice names both classes
 register_method = METHODS.register
 get_method = METHODS.get  # the method class registered as a name; an unknown one lists the known
-
-
-def setting(cfg: Any, key: str) -> Any:
-    """The value of dotted config key ``key`` (``agpo.enabled``) in ``cfg``."""
-    return reduce(getattr, key.split("."), cfg)
-
-
-def show(key: str, value: Any) -> str:
-    return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 
 def method_name(cfg: TrainConfig) -> str:
