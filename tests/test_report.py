@@ -625,22 +625,44 @@ def test_a_sweep_without_a_spec_hash_or_starts_says_so(tmp_path, sweep_dir):
 
 
 def test_committed_summaries_hold_the_spec_hash_git_gives():
-    """Every committed summary.json records its spec's sha256, backfilled from git: the hash of
-    the spec file at the commit it names (checked here wherever git history is at hand)."""
+    """Every committed summary.json records its spec's sha256. A sweep run before rlkit sweep
+    recorded one has it backfilled from git: the hash of the spec file at the commit it names. A
+    sweep run since records it with each run's start: then it is the hash of the spec file as
+    committed, every run started under that hash, and the spec file's last commit came before
+    the first run (checked here wherever git history is at hand)."""
     import hashlib
     import subprocess
+    from datetime import datetime
 
     root = Path(__file__).resolve().parents[1]
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+
+    recorded = 0
     for path in sorted(root.glob("results/*/summary.json")):
         pre = json.loads(path.read_text())["preregistration"]
-        assert pre["runs_started"] is None and pre["runs_started_why"].startswith("not recorded")
-        commit = re.search(r"`git show ([0-9a-f]{40}):", pre["spec_sha256_from"]).group(1)
-        shown = subprocess.run(
-            ["git", "-C", str(root), "show", f"{commit}:{pre['spec_file']}"], capture_output=True
-        )
-        if shown.returncode:  # a copy without the history: nothing to compare
+        if pre["runs_started"] is None:
+            assert pre["runs_started_why"].startswith("not recorded"), path
+            commit = re.search(r"`git show ([0-9a-f]{40}):", pre["spec_sha256_from"]).group(1)
+            shown = subprocess.run(
+                ["git", "-C", str(root), "show", f"{commit}:{pre['spec_file']}"],
+                capture_output=True,
+            )
+            if shown.returncode:  # a copy without the history: nothing to compare
+                continue
+            assert hashlib.sha256(shown.stdout).hexdigest() == pre["spec_sha256"], path
             continue
-        assert hashlib.sha256(shown.stdout).hexdigest() == pre["spec_sha256"], path
+        recorded += 1
+        assert pre["spec_sha256_from"] == "sweep.json (rlkit sweep)", path
+        assert not pre["spec_changed_after_start"] and all(pre["runs_started"].values()), path
+        spec = (root / pre["spec_file"]).read_bytes()
+        assert hashlib.sha256(spec).hexdigest() == pre["spec_sha256"], path
+        last = git("log", "-1", "--format=%cI", "--", pre["spec_file"]).stdout.strip()
+        if last:  # a copy with history: the spec was committed before the first run started
+            first = min(datetime.fromisoformat(t) for t in pre["runs_started"].values())
+            assert datetime.fromisoformat(last) < first, path
+    assert recorded >= 1  # results/22_ebpo_hard_32, regenerated under the pinned kernels
 
 
 def test_an_arm_whose_g_the_baseline_did_not_run_is_paired_with_its_claims_control(
