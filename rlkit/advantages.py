@@ -18,30 +18,31 @@ from dataclasses import dataclass, field
 import torch
 
 from rlkit.dpo import pair_roles
+from rlkit.registry import Registry
 from rlkit.settings import When, differs, equals, given, reads
 from rlkit.stats import RunningMoments, check_dispersion, dispersion, group_std
 
-ESTIMATORS: dict[str, type[AdvantageEstimator]] = {}
+ESTIMATORS: Registry[type[AdvantageEstimator]] = Registry("advantage estimator", sort_known=True)
 # Largest |reward| accepted: squares and sums over a batch stay far inside float64 (max ~1.8e308).
 MAX_ABS_REWARD = 1e150
 
 
 def register(name: str):
-    """Class decorator adding an estimator to :data:`ESTIMATORS` under ``name``."""
+    """Class decorator adding an estimator to :data:`ESTIMATORS` under ``name``; a name
+    registered twice is a ValueError naming both classes."""
 
     def add(cls):
+        ESTIMATORS.add(name, cls)
         cls.name = name
-        ESTIMATORS[name] = cls
         return cls
 
     return add
 
 
 def get_estimator(name: str, **options) -> AdvantageEstimator:
-    """Build the estimator registered as ``name`` with its ``options``."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ESTIMATORS)}")
-    return ESTIMATORS[name](**options)
+    """Build the estimator registered as ``name`` with its ``options``; an unknown name is a
+    ValueError listing the known ones."""
+    return ESTIMATORS.get(name)(**options)
 
 
 @dataclass

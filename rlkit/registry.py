@@ -1,5 +1,6 @@
-"""One registry shape for rlkit's plug-ins: losses (`rlkit.losses`), methods (`rlkit.methods`)
-and rollout engines (`rlkit.engines`); adding one of each: docs/contributing.md.
+"""One registry shape for rlkit's plug-ins: advantage estimators (`rlkit.advantages`), losses
+(`rlkit.losses`), methods (`rlkit.methods`), rollout engines (`rlkit.engines`) and tasks
+(`rlkit.tasks`); adding one of each: docs/contributing.md.
 
 A :class:`Registry` maps names to entries, refuses a name registered twice (naming both
 entries) and answers an unknown name with the known ones; :func:`import_all` imports every
@@ -22,7 +23,7 @@ def qualname(obj: Any) -> str:
 
 
 class Registry(Mapping[str, T]):
-    """Entries of one ``kind`` ("loss", "method", "rollout engine") by name, in registration
+    """Entries of one ``kind`` ("loss", "method", "task", ...) by name, in registration
     order; ``sort_known``: an unknown name's message lists the known ones sorted (else in
     registration order). A mapping, whose entries a test may also delete (``del``)."""
 

@@ -64,6 +64,14 @@ def test_unknown_estimator_lists_the_known_ones():
         get_estimator("a2c")
 
 
+def test_a_taken_estimator_name_is_refused_and_the_first_kept():
+    from rlkit.advantages import GRPO, register
+
+    with pytest.raises(ValueError, match=r"'grpo' is already registered \(by GRPO\); Again needs"):
+        register("grpo")(type("Again", (GRPO,), {}))
+    assert ESTIMATORS["grpo"] is GRPO
+
+
 # ---------------------------------------------------------------------------------------------
 # §1: hand-worked examples
 

@@ -14,16 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-TASKS: dict[str, Callable[[Any], Any]] = {}  # task.name → the task built from the task section
+from rlkit.registry import Registry
 
-
-def register_task(name: str) -> Callable[[Callable], Callable]:
-    """Register ``build(task_cfg) -> task`` as the task ``name``; a taken name is a ValueError."""
-
-    def add(build: Callable) -> Callable:
-        if name in TASKS:
-            raise ValueError(f"a task named {name!r} is already registered ({TASKS[name]})")
-        TASKS[name] = build
-        return build
-
-    return add
+# task.name → the task built from the task section; a name registered twice is a ValueError
+TASKS: Registry[Callable[[Any], Any]] = Registry("task", sort_known=True)
+register_task = TASKS.register  # decorator: ``build(task_cfg) -> task`` as the task ``name``
