@@ -308,8 +308,11 @@ def test_trl_is_the_version_transcribed():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["loss.loss_mode=gspo", "loss.dual_clip=3"], "loss.dual_clip=3.* loss.loss_mode=gspo"),
-        (["loss.loss_mode=cispo", "loss.dual_clip=3"], "loss.dual_clip=3.* loss.loss_mode=cispo"),
+        (
+            ["loss.loss_mode=gspo", "loss.dual_clip=3"],
+            "loss.dual_clip=3.* this config's loss is gspo",
+        ),
+        (["loss.loss_mode=cispo", "loss.dual_clip=3"], "loss.dual_clip=3.* config's loss is cispo"),
         (["loss.loss_mode=gspo", "loss.eps_low=1"], "loss.eps_low must be < 1"),
         (["loss.loss_mode=cispo", "loss.eps_low=1.5"], "loss.eps_low must be < 1"),
         (["loss.loss_mode=cispo", "loss.eps_low=-0.1"], "loss.eps_low must be >= 0"),
