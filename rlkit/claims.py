@@ -185,10 +185,13 @@ def _parse_claim(where: str, claim, arms, baseline, group_sizes, sweep) -> Claim
 @dataclass(frozen=True)
 class ManipulationCheck:
     """One check that an arm's manipulation acted: the mean over steps and seeds of a
-    ``metrics.jsonl`` key compared with a threshold (``acts_if``: ``"> 0.01"``)."""
+    ``metrics.jsonl`` key compared with a threshold (``acts_if``: ``"> 0.01"``), read from the
+    arm's own runs or, with ``of``, from another arm's at the same G (CISPO differs from the
+    clipped surrogate only where that surrogate's clip binds, which the surrogate's runs log)."""
 
     metric: str
     acts_if: str
+    of: str | None = None
 
     @property
     def compare(self) -> tuple[str, float]:
@@ -206,7 +209,8 @@ COMPARISONS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": oper
 
 def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
     """Check the spec's ``manipulation`` whole: arm -> list of ``{metric: <metrics.jsonl key>,
-    acts_if: "<op> <number>"}`` (op one of > >= < <=); a ValueError names the bad entry."""
+    acts_if: "<op> <number>"}`` (op one of > >= < <=), each with an optional ``of: <another
+    arm>`` whose runs the metric is read from; a ValueError names the bad entry."""
     if not isinstance(value, dict):
         raise ValueError(f"sweep spec: manipulation must be a mapping arm -> checks, got {value!r}")
     checks = {}
@@ -218,11 +222,19 @@ def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
             raise ValueError(f"{where} must be a non-empty list of checks, got {items!r}")
         checks[arm] = []
         for i, item in enumerate(items):
-            if not isinstance(item, dict) or set(item) != {"metric", "acts_if"}:
+            if not isinstance(item, dict) or not (
+                {"metric", "acts_if"} <= set(item) <= {"metric", "acts_if", "of"}
+            ):
                 raise ValueError(
-                    f"{where}[{i}] must be a mapping with exactly metric and acts_if, got {item!r}"
+                    f"{where}[{i}] must be a mapping with metric, acts_if and optionally of, "
+                    f"got {item!r}"
                 )
-            metric, acts_if = item["metric"], item["acts_if"]
+            metric, acts_if, of = item["metric"], item["acts_if"], item.get("of")
+            if "of" in item and (of not in arms or of == arm):
+                raise ValueError(
+                    f"{where}[{i}]: of must be another arm, whose runs the metric is read from, "
+                    f"got {of!r}; arms: {list(arms)}"
+                )
             if not isinstance(metric, str) or not metric.strip():
                 raise ValueError(
                     f"{where}[{i}]: metric must be a metrics.jsonl key, got {metric!r}"
@@ -233,7 +245,7 @@ def parse_manipulation(value, arms) -> dict[str, list[ManipulationCheck]]:
                     f"{list(COMPARISONS)} (e.g. '> 0.01'), got {acts_if!r}"
                 )
             # a spec written before a rename names the metric's old key (docs/algorithms.md §5)
-            checks[arm].append(ManipulationCheck(current_name(metric), acts_if))
+            checks[arm].append(ManipulationCheck(current_name(metric), acts_if, of))
     return checks
 
 
@@ -255,7 +267,8 @@ def preregistered(
 
 def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) -> list[dict]:
     """Each check of each arm and G (spec ``manipulation``): per seed, the mean of its metric
-    over the steps that logged a finite value; their mean, min and max over seeds; ``acted``:
+    over the steps that logged a finite value (in the runs of the check's ``of`` arm at that G
+    where it names one, recorded as ``of``); their mean, min and max over seeds; ``acted``:
     that mean passes ``acts_if``. A metric that no step of the arm logged did not act (mean
     None): an arm whose manipulation is switched off does not log its signals. A metric that no
     run of any arm logged is a ValueError naming it and the closest logged names (a misspelt
@@ -270,8 +283,9 @@ def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) 
                     f" (closest logged names: {close or 'none'})"
                 )
     out = []
-    for (arm, g), seeds in runs.items():
+    for (arm, g), own in runs.items():
         for check in checks.get(arm, []):
+            seeds = own if check.of is None else runs.get((check.of, g), {})
             by_seed = {}
             for seed, rows in sorted(seeds.items()):
                 values = [r[check.metric] for r in rows if is_logged_number(r.get(check.metric))]
@@ -291,6 +305,7 @@ def manipulation_checks(runs: dict, checks: dict[str, list[ManipulationCheck]]) 
                     "max": max(by_seed.values(), default=None),
                     "acted": mean is not None and check.acted(mean),
                 }
+                | ({} if check.of is None else {"of": check.of})
             )
     return out
 
@@ -311,8 +326,9 @@ def manipulation_markdown(checks: list[dict]) -> list[str]:
             if c["mean"] is None
             else (f"{c['mean']:.4g} [{c['min']:.4g}, {c['max']:.4g}]")
         )
+        of = f" (of {c['of']})" if "of" in c else ""
         lines.append(
-            f"| {c['arm']} | {c['group_size']} | {c['metric']} | {c['acts_if']} | {value} "
+            f"| {c['arm']} | {c['group_size']} | {c['metric']}{of} | {c['acts_if']} | {value} "
             f"| {len(c['by_seed'])}/{len(c['seeds'])} | {'yes' if c['acted'] else 'no'} |"
         )
     return lines + [""]

@@ -131,14 +131,18 @@ def project_holm(claims: list[tuple[str, dict, dict]]) -> dict:
 @dataclass(frozen=True)
 class Mechanism:
     """A mechanism an arm's config switches on, and the logged signals that show it acted (all
-    must pass; none: no committed metric shows it, so a claim about it is not checkable)."""
+    must pass; none: no committed metric shows it, so a claim about it is not checkable), read
+    from the claim's arm or, with ``read_from_vs``, from its ``vs`` arm (CISPO acts where the
+    clipped surrogate's clip binds, which only the surrogate's runs log)."""
 
     name: str
     on: object  # TrainConfig -> bool
     checks: tuple[ManipulationCheck, ...]
+    read_from_vs: bool = False
 
 
 CLIP_BINDS = ManipulationCheck("clip_ratio/region_mean", "> 0.005")  # > 0.5% of tokens
+SEQUENCE = ("gspo", "cispo")  # the sequence-level losses (docs/algorithms.md §4f)
 MECHANISMS = (
     Mechanism(
         "EBPO's shrinkage",
@@ -158,7 +162,11 @@ MECHANISMS = (
             ManipulationCheck("agpo/temperature/min", "< 0.99"),
         ),
     ),
-    Mechanism("clip-higher", lambda cfg: cfg.loss.eps_high > cfg.loss.eps_low, (CLIP_BINDS,)),
+    Mechanism(  # GSPO's and CISPO's ε bound a sequence ratio and a weight (§4f), not a token clip
+        "clip-higher",
+        lambda cfg: cfg.loss.eps_high > cfg.loss.eps_low and cfg.loss.loss_mode not in SEQUENCE,
+        (CLIP_BINDS,),
+    ),
     Mechanism(
         "dynamic sampling",
         lambda cfg: cfg.rollout.dynamic_sampling,
@@ -174,6 +182,18 @@ MECHANISMS = (
         "KL-Cov",
         lambda cfg: cfg.loss.loss_mode == "kl_cov",
         (ManipulationCheck("kl_cov/ppo_kl", "> 0"),),
+    ),
+    Mechanism("GSPO's sequence clip", lambda cfg: cfg.loss.loss_mode == "gspo", (CLIP_BINDS,)),
+    Mechanism(
+        "CISPO's kept gradients",
+        lambda cfg: cfg.loss.loss_mode == "cispo",
+        (CLIP_BINDS,),
+        read_from_vs=True,
+    ),
+    Mechanism(
+        "SPO's value tracker",
+        lambda cfg: cfg.algo.estimator == "spo",
+        (ManipulationCheck("spo/tracked_prompts", "> 0"),),
     ),
 )
 
@@ -208,10 +228,11 @@ def logged_mean(summary: dict, arm: str, group_size: int, metric: str) -> float 
     """The mean over steps and seeds of ``metric`` for the arm at G: the registered check's
     mean (``summary["manipulation"]``) where the spec checked that metric, else the mean over
     steps of the per-step means over seeds (``summary["dynamics"]``: every seed logs every step,
-    so the two agree); None when neither holds it (not checkable from the committed results)."""
+    so the two agree); None when neither holds it (not checkable from the committed results).
+    A registered check read from another arm's runs (its ``of``) counts as that arm's."""
     where = (arm, group_size, metric)
     for check in summary.get("manipulation", []):
-        if (check["arm"], check["group_size"], check["metric"]) == where:
+        if (check.get("of", check["arm"]), check["group_size"], check["metric"]) == where:
             return check["mean"]
     for series in (summary.get("dynamics") or {}).get("series", []):
         if (series["arm"], series["group_size"], series["metric"]) == where:
@@ -222,7 +243,7 @@ def logged_mean(summary: dict, arm: str, group_size: int, metric: str) -> float 
 def uniform_check(summary: dict, claim: dict) -> tuple[str, str]:
     """(status, text) of the claim's mechanisms (:func:`claim_mechanisms`) on its arm at its G:
     ``acted`` when every check of every one passes; ``did not act`` naming the first that fails
-    (value and rule); ``not checkable`` when a mechanism has no check or its metric is not in the
+    (value and rule, and the arm it was read from when that is ``vs``); ``not checkable`` when a mechanism has no check or its metric is not in the
     committed summary; ``no mechanism`` when the arm switches none on."""
     mechanisms = claim_mechanisms(summary, claim)
     if not mechanisms:
@@ -230,14 +251,16 @@ def uniform_check(summary: dict, claim: dict) -> tuple[str, str]:
     for m in mechanisms:
         if not m.checks:
             return "not checkable", f"not checkable ({m.name}: no logged signal)"
+        read_from = claim["vs"] if m.read_from_vs else claim["arm"]
         for check in m.checks:
-            value = logged_mean(summary, claim["arm"], claim["group_size"], check.metric)
+            value = logged_mean(summary, read_from, claim["group_size"], check.metric)
             if value is None:
                 return "not checkable", f"not checkable ({check.metric} not in the summary)"
             if not check.acted(value):
+                of = f" of {read_from}" if m.read_from_vs else ""
                 return (
                     "did not act",
-                    f"no ({m.name}: {check.metric} {value:.2g}, needs {check.acts_if})",
+                    f"no ({m.name}: {check.metric}{of} {value:.2g}, needs {check.acts_if})",
                 )
     return "acted", "yes"
 

@@ -69,10 +69,12 @@ and a claim about an arm whose check failed is ``not testable (manipulation did 
       AGPO:
         - {metric: clip_ratio/region_mean, acts_if: "> 0.01"}
         - {metric: agpo/temperature/max, acts_if: "> 1.05"}
+      CISPO: [{metric: clip_ratio/region_mean, acts_if: "> 0.005", of: GRPO}]
 
 ``acts_if`` is ``<op> <number>``, op one of ``> >= < <=``. A metric that no step logged did not
 act (a switched-off mechanism logs no signals: AGPO's ``agpo/epsilon/*`` only with its adaptive
-clip).
+clip). ``of`` reads the metric from another arm's runs at the same G: CISPO changes the clipped
+surrogate's gradient only on the tokens where that surrogate's clip binds, which GRPO's runs log.
 
 The whole spec is checked before any run starts: an unknown key or a bad value (named with its
 key; a claim's with the claim's index and name), a bad override (named with its arm), a key the sweep sets itself (``seed``, ``output_dir``,
@@ -147,7 +149,7 @@ SPEC_KEYS = {
     "threads": "torch threads per run",
     "workers": "runs in parallel",
     "claims": "optional list of pre-registered claims that rlkit report tests",
-    "manipulation": "optional mapping arm -> list of {metric, acts_if} checks that it acted",
+    "manipulation": "optional mapping arm -> list of {metric, acts_if[, of]} checks that it acted",
     "token_budget": "optional: each run stops once its generated tokens, probe's included, reach it",
 }
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")

@@ -265,6 +265,25 @@ def test_committed_summaries_render_back_byte_for_byte(path):
             assert text == f.read(), name
 
 
+def test_a_check_of_another_arm_reads_that_arms_runs(tmp_path, sweep_dir):
+    """CISPO's check reads GRPO's clip: B's check ``of: A`` is A's mean (seed 0 logs 0.1 at one
+    step: 0.1 over the seeds that logged it), recorded under B with ``of``, and decides B's claim."""
+    log_in_arm_a(sweep_dir, "agpo/epsilon/mean")  # logged by A only
+    manipulation = {"B": [{"metric": "agpo/epsilon/mean", "acts_if": "> 0.2", "of": "A"}]}
+    claim = {"name": "c", "arm": "B", "test": "superiority", "direction": 1}
+    with_spec(sweep_dir, manipulation=manipulation, claims=[claim])
+    write_report(sweep_dir, tmp_path / "results")
+    summary, files = read_summary(tmp_path / "results")
+    (check,) = summary["manipulation"]
+    assert (check["arm"], check["of"], check["by_seed"]) == ("B", "A", {"0": 0.1})
+    assert check["acted"] is False
+    (judged,) = summary["claims"]
+    assert judged["verdict"] == "not testable (manipulation did not act)"
+    assert "| B | 4 | agpo/epsilon/mean (of A) | > 0.2 | 0.1 [0.1, 0.1] | 1/5 | no |" in (
+        files["summary.md"]
+    )
+
+
 def log_in_arm_a(sweep_dir, metric):
     """Arm A's seed 0 logs ``metric`` (0.1) at step 1."""
     path = sweep_dir / "A" / "G4" / "seed0" / "metrics.jsonl"

@@ -177,7 +177,16 @@ def test_claims_defaults_are_resolved_when_the_spec_is_loaded(tmp_path):
         ([], r"manipulation must be a mapping arm -> checks, got \[\]"),
         ({"PPO": [{"metric": "m", "acts_if": "> 0"}]}, r"manipulation.PPO: 'PPO' is not an arm"),
         ({"EBPO": []}, r"manipulation.EBPO must be a non-empty list of checks"),
-        ({"EBPO": [{"metric": "m"}]}, r"manipulation.EBPO\[0\] must be a mapping with exactly"),
+        ({"EBPO": [{"metric": "m"}]}, r"manipulation.EBPO\[0\] must be a mapping with metric"),
+        (
+            {"EBPO": [{"metric": "m", "acts_if": "> 0", "by": "GRPO"}]},
+            r"manipulation.EBPO\[0\] must be a mapping with metric, acts_if and optionally of",
+        ),
+        (
+            {"EBPO": [{"metric": "m", "acts_if": "> 0", "of": "PPO"}]},
+            r"EBPO\[0\]: of must be another arm, .* got 'PPO'; arms: \['GRPO', 'EBPO'\]",
+        ),
+        ({"EBPO": [{"metric": "m", "acts_if": "> 0", "of": "EBPO"}]}, r"of must be another arm"),
         ({"EBPO": [{"metric": "", "acts_if": "> 0"}]}, r"EBPO\[0\]: metric must be a metrics"),
         (
             {"EBPO": [{"metric": "m", "acts_if": "0.01"}]},

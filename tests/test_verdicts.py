@@ -149,6 +149,13 @@ def test_holm_over_the_whole_project_and_who_survives_it(tmp_path):
     )
 
 
+GSPO_PAPER = [
+    "loss.loss_mode=gspo",
+    "loss.eps_low=3.0e-4",
+    "loss.eps_high=4.0e-4",
+]  # not clip-higher
+
+
 def mechanism_summary(arm: list[str], manipulation: list[dict], clip: float | None) -> dict:
     """A judged summary of B above A where B has the overrides ``arm``, these registered
     manipulation checks and a clip fraction of ``clip`` at every step (None: not logged)."""
@@ -215,11 +222,65 @@ def mechanism_summary(arm: list[str], manipulation: list[dict], clip: float | No
             "not checkable",
             "not checkable (clip_ratio/region_mean not in the summary)",
         ),
+        (GSPO_PAPER, [], 0.12, "acted", "yes"),
+        (
+            GSPO_PAPER,
+            [],
+            0.0,
+            "did not act",
+            "no (GSPO's sequence clip: clip_ratio/region_mean 0, needs > 0.005)",
+        ),
+        (
+            ["algo.estimator=spo"],
+            [{"metric": "spo/tracked_prompts", "mean": 0.0, "acted": False}],
+            0.0,
+            "did not act",
+            "no (SPO's value tracker: spo/tracked_prompts 0, needs > 0)",
+        ),
         ([], [], 0.0, "no mechanism", "no rule"),
     ],
 )
 def test_one_manipulation_rule_per_mechanism(arm, manipulation, clip, status, text):
     summary = mechanism_summary(arm, manipulation, clip)
+    (claim,) = summary["claims"]
+    assert reanalysis.uniform_check(summary, claim) == (status, text)
+
+
+@pytest.mark.parametrize(
+    ("clip_of_a", "registered", "status", "text"),
+    [
+        (0.009, False, "acted", "yes"),
+        (
+            0.0,
+            False,
+            "did not act",
+            "no (CISPO's kept gradients: clip_ratio/region_mean of A 0, needs > 0.005)",
+        ),
+        # the registered check of B read from A's runs (``of``) is A's value, not B's
+        (0.02, True, "acted", "yes"),
+    ],
+)
+def test_cispos_rule_reads_the_clip_of_the_arm_it_is_compared_with(
+    clip_of_a, registered, status, text
+):
+    """CISPO (B) changes the gradient only where the clipped surrogate's clip binds, which A's
+    runs log; B's own clip fraction (CISPO's weight cap, here 0) is not the rule."""
+    cispo = ["loss.loss_mode=cispo", "loss.eps_low=1.0", "loss.eps_high=4.0"]
+    manipulation = (
+        [{"metric": "clip_ratio/region_mean", "of": "A", "mean": clip_of_a, "acted": True}]
+        if registered
+        else []
+    )
+    summary = mechanism_summary(cispo, manipulation, 0.0)
+    if not registered:
+        summary["dynamics"]["series"].append(
+            {
+                "arm": "A",
+                "group_size": 4,
+                "metric": "clip_ratio/region_mean",
+                "mean": [clip_of_a] * 2,
+            }
+        )
     (claim,) = summary["claims"]
     assert reanalysis.uniform_check(summary, claim) == (status, text)
 
