@@ -195,9 +195,10 @@ class Collector:
 
     @contextlib.contextmanager
     def engine_weights(self) -> Iterator[None]:
-        """The weights the engine samples with: its own (vLLM), else the training model's full
-        weights (``full_weights``) as :meth:`sampling_weights` sets them."""
-        if self.engine.own_weights:
+        """The weights the engine samples with: its own where its ``rollout.engine`` entry
+        declares them (vLLM), else the training model's full weights (``full_weights``) as
+        :meth:`sampling_weights` sets them."""
+        if get_engine(self.cfg.engine).own_weights:
             yield
             return
         with self.full_weights(), self.sampling_weights():

@@ -290,8 +290,6 @@ class InProcessEngine:
     its own settings, ``batch_size`` rows per call (None: one call), the sampler's log-probs
     recorded on request and the static loop's step compiled on request."""
 
-    own_weights = False  # samples with the training model (the collector's sampling weights)
-
     def __init__(
         self,
         model: torch.nn.Module,

@@ -108,8 +108,6 @@ class VLLMEngine:
     """Generates a step's rows with vLLM from the policy's current adapter (an engine object,
     `rlkit.engines.RolloutEngine`)."""
 
-    own_weights = True  # vLLM's own copy of the base weights
-
     def __init__(
         self, policy: Policy, memory_fraction: float, seed: int, max_model_len: int | None = None
     ):

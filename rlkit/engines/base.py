@@ -67,11 +67,8 @@ class Engine(Protocol):
 
 
 class RolloutEngine(Protocol):
-    """A run's engine object: what the collector and evaluation generate with."""
-
-    # samples with weights of its own (vLLM's): the collector leaves the training model's
-    # sampling weights (`rlkit.collect.Collector.sampling_weights`) alone
-    own_weights: bool
+    """A run's engine object: what the collector and evaluation generate with (what it is
+    capable of is its entry's, :class:`Engine`)."""
 
     def generate(
         self,
