@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from rlkit.advantages import ESTIMATORS
 from rlkit.claims import ALPHA, ManipulationCheck, claim_verdict
 from rlkit.intervals import Interval, holm
 from rlkit.methods import method_switches
@@ -190,9 +191,9 @@ MECHANISMS = (
         (CLIP_BINDS,),
         read_from_vs=True,
     ),
-    Mechanism(
+    Mechanism(  # the estimators that keep a value per prompt (SPO's tracker, §2c)
         "SPO's value tracker",
-        lambda cfg: cfg.algo.estimator == "spo",
+        lambda cfg: ESTIMATORS.get(cfg.algo.estimator).needs_prompt_ids,
         (ManipulationCheck("spo/tracked_prompts", "> 0"),),
     ),
 )
