@@ -14,6 +14,7 @@ import yaml
 
 from rlkit.config import config_from_dict, load_config
 from rlkit.methods import AGPO, DPO, PPO, Method, build_method, method_name
+from rlkit.rundir import check_resume_config, saved_config
 
 RLKIT = Path(__file__).resolve().parents[1] / "rlkit"
 FIXTURE = Path(__file__).resolve().parent / "golden" / "resume_fixture" / "config.yaml"
@@ -57,6 +58,23 @@ def test_a_saved_config_of_an_old_run_loads_with_its_method():
     del old["algo"]["method"]
     assert method_name(config_from_dict(old)) == "agpo"
     assert config_from_dict(old) == load_config("tiny-cpu", ["algo.method=agpo"])
+
+
+@pytest.mark.parametrize(
+    "older, today",
+    [(["agpo.enabled=true"], ["algo.method=agpo"]), (["algo.estimator=ppo"], ["algo.method=ppo"])],
+)
+def test_a_run_directory_written_before_algo_method_resumes_and_replans(tmp_path, older, today):
+    """Its config.yaml (the older key, no algo.method) is read back as the config today's keys
+    give: what resuming and a sweep's re-planning compare (rlkit.rundir.check_resume_config)."""
+    saved = load_config("tiny-cpu", [*older, f"output_dir={tmp_path}"]).to_dict()
+    del saved["algo"]["method"]
+    if older[0].startswith("agpo"):
+        saved["agpo"]["enabled"] = True
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    wanted = load_config("tiny-cpu", [*today, f"output_dir={tmp_path}"])
+    check_resume_config(saved_config(tmp_path, check_paths=False), wanted)
+    assert saved_config(tmp_path, check_paths=False) == wanted
 
 
 @pytest.mark.parametrize(
