@@ -30,7 +30,7 @@ from timing import clock, load_average, median_range, set_threads, since
 from rlkit.config import load_config
 from rlkit.trainer import Trainer
 
-AGPO = ["algo.estimator=agpo", "agpo.enabled=true"]
+AGPO = ["algo.method=agpo", "algo.estimator=agpo"]
 ARMS = {
     "GRPO": ["algo.estimator=grpo"],
     "EBPO": ["algo.estimator=ebpo"],

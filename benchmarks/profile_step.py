@@ -7,7 +7,7 @@ ranges, through a phase hook, so the per-phase split and per-operator call count
 one table.
 
     python benchmarks/profile_step.py --shape tiny
-    python benchmarks/profile_step.py --shape llama11m --steps 1 algo.estimator=agpo agpo.enabled=true
+    python benchmarks/profile_step.py --shape llama11m --steps 1 algo.method=agpo algo.estimator=agpo
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 rlkit train                                   # the tiny-cpu preset: no GPU, no download
 rlkit train --config qwen3-8b-qlora algo.estimator=ebpo rollout.group_size=4
+rlkit train algo.method=ppo                   # the method: grpo (default) | agpo | ppo | dpo
 rlkit train --resume output_dir=runs/my-run    # continue from the run's latest checkpoint
 rlkit train --config my.yaml --overwrite       # replace the run in my.yaml's output_dir
 rlkit eval --config tiny-cpu [--checkpoint runs/tiny-cpu]
@@ -254,7 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start afresh in a non-empty output_dir, replacing the previous run's files",
     )
-    train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algo.estimator=ebpo")
+    train.add_argument(
+        "overrides",
+        nargs="*",
+        help="key=value overrides, e.g. algo.method=agpo algo.estimator=ebpo",
+    )
     train.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="evaluate a policy (optionally a run's latest checkpoint)")

@@ -34,7 +34,7 @@ SCHEDULE = ("optim.mini_batch_size=64", "optim.lr=1.0e-5")
 METHODS = {
     "GRPO": ["algo.estimator=grpo"],
     "EBPO": ["algo.estimator=ebpo"],
-    "AGPO": ["algo.estimator=agpo", "agpo.enabled=true"],
+    "AGPO": ["algo.method=agpo", "algo.estimator=agpo"],
 }
 METRICS = ("eval/greedy_accuracy", "eval/pass@1")
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)

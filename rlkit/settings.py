@@ -20,7 +20,7 @@ from typing import Any
 
 
 def setting(cfg: Any, key: str) -> Any:
-    """The value of dotted config key ``key`` (``agpo.enabled``, ``algo.options.prior``) in
+    """The value of dotted config key ``key`` (``algo.method``, ``algo.options.prior``) in
     ``cfg``; an option not given is None."""
     return reduce(
         lambda node, part: node.get(part) if isinstance(node, dict) else getattr(node, part),
@@ -30,7 +30,7 @@ def setting(cfg: Any, key: str) -> Any:
 
 
 def show(key: str, value: Any) -> str:
-    """``key=value`` as a config or override writes it (``agpo.enabled=true``)."""
+    """``key=value`` as a config or override writes it (``algo.method=agpo``)."""
     return f"{key}={str(value).lower() if isinstance(value, bool) else value}"
 
 

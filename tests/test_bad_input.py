@@ -118,10 +118,8 @@ def test_group_of_one_is_fine_for_ebpo_only():
     from rlkit.config import load_config
 
     assert load_config("tiny-cpu", ["algo.estimator=ebpo", "rollout.group_size=1"])
-    with pytest.raises(ValueError, match="agpo.enabled=true"):
-        load_config(
-            "tiny-cpu", ["algo.estimator=ebpo", "agpo.enabled=true", "rollout.group_size=1"]
-        )
+    with pytest.raises(ValueError, match="rollout.group_size=1 with algo.method=agpo"):
+        load_config("tiny-cpu", ["algo.estimator=ebpo", "algo.method=agpo", "rollout.group_size=1"])
 
 
 def test_output_dir_that_is_a_file_or_under_one(tmp_path, capsys, no_model_load):

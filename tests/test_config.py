@@ -55,7 +55,7 @@ def test_overrides_are_typed_and_nested():
         ],
     )
     assert cfg.algo.estimator == "ebpo" and cfg.algo.options == {"prior": "batch"}
-    assert cfg.rollout.group_size == 4 and cfg.optim.lr == 1e-5 and cfg.agpo.enabled is True
+    assert cfg.rollout.group_size == 4 and cfg.optim.lr == 1e-5 and cfg.algo.method == "agpo"
 
 
 @pytest.mark.parametrize(
@@ -279,18 +279,18 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         (  # the case: AGPO's adaptive ε would drop the preset's clip-higher
             "qwen3-8b-qlora",
             AGPO_ON_QWEN,
-            r"^loss\.eps_high=0\.28 has no effect with agpo\.enabled=true and "
+            r"^loss\.eps_high=0\.28 has no effect with algo\.method=agpo and "
             r"agpo\.adaptive_clip=true: AGPO's clip radius replaces it",
         ),
         (
             "tiny-cpu",
             ["agpo.clip={alpha: 0.0}"],
-            r"^agpo\.clip=\{'alpha': 0\.0\} is read only by the method agpo \(agpo\.enabled=true\)",
+            r"^agpo\.clip=\{'alpha': 0\.0\} is read only by the method agpo \(algo\.method=agpo\)",
         ),
         (
             "tiny-cpu",
             ["agpo.probe=reuse"],
-            r"^agpo\.probe='reuse' is read only by the method agpo \(agpo\.enabled=true\)",
+            r"^agpo\.probe='reuse' is read only by the method agpo \(algo\.method=agpo\)",
         ),
         (
             "tiny-cpu",
@@ -323,7 +323,7 @@ AGPO_ON_QWEN = ["algo.estimator=agpo", "algo.options={}", "agpo.enabled=true"]
         (
             "tiny-cpu",
             ["agpo.ema_update=per_minibatch"],
-            r"^agpo\.ema_update=.*agpo \(agpo\.enabled=true\).*this config's method is grpo",
+            r"^agpo\.ema_update=.*agpo \(algo\.method=agpo\).*this config's method is grpo",
         ),
         (
             "tiny-cpu",

@@ -56,7 +56,7 @@ def annealed_clip_method():
     source = code_blocks("Adding a method")[0]
     exec(compile(source, "rlkit/methods/annealed_clip.py", "exec"), {"__name__": "annealed_clip"})
     yield METHODS["annealed_clip"]
-    del METHODS["annealed_clip"], ESTIMATORS["grpo_annealed"]
+    del METHODS["annealed_clip"]
 
 
 def test_the_guides_method_registers_and_its_test_passes(

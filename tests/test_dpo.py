@@ -329,7 +329,7 @@ def test_dpo_refuses_several_processes(tmp_path, tiny_model_dir):
         world = 2
 
     cfg = dpo_config(tmp_path, tiny_model_dir)
-    with pytest.raises(ValueError, match="algo.estimator=dpo with 2 processes"):
+    with pytest.raises(ValueError, match="algo.method=dpo with 2 processes"):
         build_method(cfg, TwoRanks())
 
 

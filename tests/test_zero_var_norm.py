@@ -54,10 +54,10 @@ def test_the_normaliser_counts_only_groups_whose_rewards_differ(tmp_path, tiny_m
 
 def test_refused_with_ppo_and_named_with_dpo():
     with pytest.raises(
-        ValueError, match="algo.estimator=ppo with loss.exclude_zero_var_from_norm=true"
+        ValueError, match="algo.method=ppo with loss.exclude_zero_var_from_norm=true"
     ):
-        load_config("tiny-cpu", ["algo.estimator=ppo", "loss.exclude_zero_var_from_norm=true"])
+        load_config("tiny-cpu", ["algo.method=ppo", "loss.exclude_zero_var_from_norm=true"])
     with pytest.raises(ValueError, match="loss.exclude_zero_var_from_norm=True has no effect"):
-        load_config("tiny-cpu", ["algo.estimator=dpo", "loss.exclude_zero_var_from_norm=true"])
+        load_config("tiny-cpu", ["algo.method=dpo", "loss.exclude_zero_var_from_norm=true"])
     with pytest.raises(ValueError, match="loss.exclude_zero_var_from_norm must be true or false"):
         load_config("tiny-cpu", ["loss.exclude_zero_var_from_norm=maybe"])

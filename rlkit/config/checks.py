@@ -15,7 +15,7 @@ from rlkit.advantages import ESTIMATORS
 from rlkit.config.readers import ignored_settings, method_choice, unread
 from rlkit.config.schema import BUILTIN_MODEL, TrainConfig, _choice, estimator_options
 from rlkit.controllers import AdaptiveClip, AdaptiveTemperature
-from rlkit.methods.registry import METHODS, method_name
+from rlkit.methods.registry import get_method, method_name
 from rlkit.models.gguf import GGUF_SUFFIX, gguf_path
 from rlkit.paths import check_dir, check_link
 from rlkit.settings import show
@@ -53,8 +53,8 @@ def check_combination(cfg: TrainConfig) -> None:
         cfg.agpo.temperature,
         reserved={"tau_base": "rollout.temperature", **one_rule},
     )
-    name = method_name(cfg)  # two methods chosen at once is a ValueError here
-    method, chosen = METHODS[name], method_choice(name).text
+    name = method_name(cfg)  # an unknown method is a ValueError here
+    method, chosen = get_method(name), method_choice(name).text
     needs = [  # (what needs it, the completions a group needs)
         (show("algo.estimator", cfg.algo.estimator), estimator.min_group_size),
         (chosen, method.min_group_size),

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from rlkit.config.aliases import resolve_method
 from rlkit.config.checks import check_combination, check_paths
 from rlkit.config.schema import TrainConfig, expand_path
 from rlkit.paths import check_link
@@ -232,9 +233,10 @@ def load_config(
 
 
 def config_from_dict(data: dict) -> TrainConfig:
-    """The :class:`TrainConfig` of a (nested) mapping, each section's values checked as it is
-    built and the combinations across sections after (:func:`check_combination`); the
-    filesystem is left to :func:`check_paths`."""
-    cfg = from_dict(TrainConfig, data)
+    """The :class:`TrainConfig` of a (nested) mapping, its method chosen by ``algo.method``
+    alone (the older keys read as aliases, :func:`rlkit.config.aliases.resolve_method`), each
+    section's values checked as it is built and the combinations across sections after
+    (:func:`check_combination`); the filesystem is left to :func:`check_paths`."""
+    cfg = from_dict(TrainConfig, resolve_method(data))
     check_combination(cfg)
     return cfg

@@ -1,7 +1,7 @@
 """Who reads each config setting, and the one rule for settings that cannot act (issue 44 §3).
 
 Every registered estimator (``algo.estimator``), loss (``loss.loss_mode``), rollout engine
-(``rollout.engine``) and method (its ``switch``) declares the settings it reads and those its
+(``rollout.engine``) and method (``algo.method``) declares the settings it reads and those its
 mechanism replaces (`rlkit.settings`); a config section declares the fields it reads only under
 another of its settings (``read_when``). A setting changed from its default is refused when an
 active component replaces it, when no active component reads it, or when its reader's condition
@@ -24,7 +24,7 @@ from rlkit.advantages import ESTIMATORS
 from rlkit.config.schema import TrainConfig
 from rlkit.engines import ENGINES
 from rlkit.losses import get_loss, loss_modes
-from rlkit.methods.registry import METHODS, method_name
+from rlkit.methods.registry import METHODS
 from rlkit.settings import Replaces, When, equals, setting, show
 
 
@@ -41,23 +41,8 @@ class Component:
 
 
 def method_choice(name: str) -> When:
-    """The setting that chooses method ``name``: its ``switch``, or for the default method, no
-    other method's."""
-    switch = METHODS[name].switch
-    if switch is not None:
-        return equals(*switch)
-    others = [cls.switch for cls in METHODS.values() if cls.switch is not None]
-    unset = {}  # key → the values choosing another method
-    for key, value in others:
-        unset.setdefault(key, []).append(value)
-    text = " and ".join(
-        show(key, not values[0])
-        if isinstance(values[0], bool)
-        else f"{key} other than {' or '.join(map(str, values))}"
-        for key, values in unset.items()
-    )
-    keys = tuple(unset)
-    return When(text, lambda cfg: method_name(cfg) == name, keys)
+    """The setting that chooses method ``name``: ``algo.method``."""
+    return equals("algo.method", name)
 
 
 def components() -> list[Component]:

@@ -146,8 +146,12 @@ class TaskConfig:
 
 @dataclass
 class AlgoConfig:
-    """Advantage estimator (docs/algorithms.md §1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO."""
+    """The method (``rlkit.methods``, docs/algorithms.md §1–§4), the advantage estimator
+    (§1–§2) and its options, e.g. ``{"prior": "batch"}`` for EBPO. ``method`` is a registered
+    method's name, checked when the config is loaded (`rlkit.config.aliases`, which also reads
+    the older keys ``agpo.enabled=true`` and ``algo.estimator=ppo``/``dpo``)."""
 
+    method: str = "grpo"  # grpo (the GRPO family: the estimator's advantages) | agpo | ppo | dpo
     estimator: str = "grpo"
     options: dict = field(default_factory=dict)
     cluster_key: str | None = None  # "topic" | "difficulty": per-cluster EBPO priors
@@ -161,7 +165,7 @@ class AlgoConfig:
 @dataclass
 class PPOConfig:
     """PPO with a value head on the shared backbone and the KL penalty in the reward
-    (``algo.estimator=ppo``; docs/algorithms.md §4c, where each default's source is given)."""
+    (``algo.method=ppo``; docs/algorithms.md §4c, where each default's source is given)."""
 
     gamma: float = 1.0  # GAE discount (TRL's PPOConfig, verl's algorithm.gamma)
     lam: float = 0.95  # GAE λ (TRL's PPOConfig; verl's algorithm.lam is 1.0)
@@ -187,7 +191,7 @@ class PPOConfig:
 
 @dataclass
 class DPOConfig:
-    """DPO on the policy's own rollouts (``algo.estimator=dpo``; docs/algorithms.md §4d, where
+    """DPO on the policy's own rollouts (``algo.method=dpo``; docs/algorithms.md §4d, where
     each default's source is given)."""
 
     beta: float = 0.1  # β of the preference loss (TRL's DPOConfig and OnlineDPOConfig)
@@ -205,9 +209,9 @@ class DPOConfig:
 
 @dataclass
 class AGPOConfig:
-    """AGPO controllers (docs/algorithms.md §3). Off by default; ``enabled=true`` turns on ATS and adaptive ε."""
+    """AGPO's controllers (docs/algorithms.md §3), read with ``algo.method=agpo``: ATS and the
+    adaptive ε."""
 
-    enabled: bool = False
     probe: str = "full"  # full | previous | reuse
     adaptive_temperature: bool = True
     adaptive_clip: bool = True

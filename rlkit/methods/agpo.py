@@ -1,5 +1,5 @@
 """AGPO: adaptive sampling temperature and adaptive clip radius from a probe of each prompt
-(docs/algorithms.md §3), on top of any estimator; chosen by ``agpo.enabled=true``."""
+(docs/algorithms.md §3), on top of any estimator; chosen by ``algo.method=agpo``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,6 @@ class AGPO(Method):
     5. :meth:`after_update` — D̂_KL from the post-update drift; ``previous`` remembers the stats.
     """
 
-    switch = ("agpo.enabled", True)
     needs_entropy = True
     needs_step_kl = True
     min_group_size = 2  # the probe's statistics need two completions

@@ -8,7 +8,7 @@ the update (``after_update``), its own logged signals (``metrics``) and its stat
 their estimator, so they are this one class, registered as ``grpo``; AGPO
 (:mod:`rlkit.methods.agpo`), PPO (:mod:`rlkit.methods.ppo`) and DPO (:mod:`rlkit.methods.dpo`)
 subclass it. Each method is built from the run's config by its ``from_config`` and chosen by
-the setting it declares as its ``switch`` (:mod:`rlkit.methods.registry`). A sampler is any
+its registered name in ``algo.method`` (:mod:`rlkit.methods.registry`). A sampler is any
 callable ``sample(problems, temperatures, stats=None, probe=False)`` returning scored
 :class:`~rlkit.batch.Groups` (:class:`Sampler`): the trainer's ``rlkit.collect.Collector`` or the
 bandit of simulations/experiments.py.
@@ -81,8 +81,9 @@ class Method:
     priors when ``cluster_key`` is set), the loss's fixed clip, nothing after the update
     (docs/algorithms.md §1–§2, §4)."""
 
-    # the setting that chooses this method, (dotted key, value); None: the default
-    switch: tuple[str, object] | None = None
+    # the estimator it trains on alone (algo.estimator is set to it, another is refused: PPO's
+    # and DPO's, `rlkit.config.aliases`); None: any estimator
+    own_estimator: str | None = None
 
     needs_entropy = False  # π_old's entropy is needed beyond the log (AGPO's signals)
     clip_needs_entropy = False  # the clip rule reads the pre-update entropy

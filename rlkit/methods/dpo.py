@@ -1,5 +1,5 @@
 """DPO on the policy's own rollouts, online or offline (docs/algorithms.md §4d); chosen by
-``algo.estimator=dpo``."""
+``algo.method=dpo`` (its own estimator, ``algo.estimator=dpo``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class DPO(Method):
     k trains on batch (k − 1) mod ``offline_batches``, and later steps generate nothing (their
     drawn prompts go unused)."""
 
-    switch = ("algo.estimator", "dpo")
+    own_estimator = "dpo"
     needs_reference = True
     needs_old = False  # the loss's ratio is to π_ref; π_old's pass runs only for the entropy
     reads = reads("dpo.beta", "dpo.mode") | reads(
@@ -86,7 +86,7 @@ class DPO(Method):
         super().__init__(estimator, None, tau_base=tau_base)
         if dist is not None and dist.world > 1:
             raise ValueError(
-                f"algo.estimator=dpo with {dist.world} processes: DPO trains on one process "
+                f"algo.method=dpo with {dist.world} processes: DPO trains on one process "
                 "only (each rank's pairs would differ in number, and the ranks' gradient "
                 "reductions with them); run one process"
             )

@@ -1,5 +1,5 @@
 """PPO with a value head and per-token advantages (docs/algorithms.md §4c); chosen by
-``algo.estimator=ppo``."""
+``algo.method=ppo`` (its own estimator, ``algo.estimator=ppo``)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class PPO(Method):
     GAE(γ, λ) over the value head's V_old, whitened over every rank's real tokens; β fixed or
     Ziegler et al.'s adaptive controller, updated each step from the observed KL."""
 
-    switch = ("algo.estimator", "ppo")
+    own_estimator = "ppo"
     needs_values = True
     reads = (
         Method.reads

@@ -2,23 +2,22 @@
 docs/contributing.md, "Adding a method").
 
 A method is a :class:`~rlkit.methods.base.Method` subclass registered under a name with
-:func:`register_method`. Each declares the config setting that chooses it (``switch``, a dotted
-key and its value): today's keys, ``algo.estimator=ppo``, ``algo.estimator=dpo`` and
-``agpo.enabled=true``, so every saved config, preset and sweep spec chooses the method it chose
-before. :func:`method_name` reads those declarations, the only place a config becomes a method's
-name; :func:`build_method` builds it with its ``from_config``.
+:func:`register_method`, chosen by that name in ``algo.method`` (the older keys
+``agpo.enabled=true`` and ``algo.estimator=ppo``/``dpo`` are rewritten into it when a config is
+loaded, `rlkit.config.aliases`). :func:`method_name` reads it, the only place a config becomes a
+method's name; :func:`build_method` builds it with its ``from_config``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlkit.config.schema import TrainConfig
+from rlkit.config.schema import AlgoConfig, TrainConfig
 from rlkit.dist import Collective
 from rlkit.registry import Registry
-from rlkit.settings import setting, show
 
-DEFAULT_METHOD = "grpo"  # GRPO, Dr. GRPO, RLOO, EBPO, …: the estimator's advantages alone
+# algo.method's default, grpo: GRPO, Dr. GRPO, RLOO, EBPO, …, the estimator's advantages alone
+DEFAULT_METHOD = AlgoConfig.method
 METHODS: Registry[type] = Registry("method", sort_known=True)  # name → Method subclass
 # class decorator adding a method under a name; a name registered twice names both classes
 register_method = METHODS.register
@@ -26,17 +25,10 @@ get_method = METHODS.get  # the method class registered as a name; an unknown on
 
 
 def method_name(cfg: TrainConfig) -> str:
-    """The registered method ``cfg`` chooses: the one whose ``switch`` it sets, else the GRPO
-    family's; two methods chosen at once is a ValueError naming both settings."""
-    chosen = {
-        name: cls.switch
-        for name, cls in METHODS.items()
-        if cls.switch is not None and setting(cfg, cls.switch[0]) == cls.switch[1]
-    }
-    if len(chosen) > 1:
-        settings = " and ".join(show(*switch) for switch in chosen.values())
-        raise ValueError(f"{settings} choose different methods ({', '.join(chosen)}); set one")
-    return next(iter(chosen), DEFAULT_METHOD)
+    """The registered method ``cfg`` chooses (``algo.method``); an unknown one is a ValueError
+    listing the known."""
+    get_method(cfg.algo.method)
+    return cfg.algo.method
 
 
 def build_method(cfg: TrainConfig, dist: Collective | None = None) -> Any:
