@@ -3,10 +3,8 @@
 Every estimator maps a ``[P, G]`` reward tensor (P prompts, G completions each) to ``[P, G]``
 advantages plus a diagnostics dict. Estimators are pure functions of the whole batch's rewards and
 of their own state, so every rank of a distributed trainer that gathers the rewards computes the
-same advantages. Arithmetic is done in float64 and the result is returned in the rewards' dtype.
-
-    est = get_estimator("ebpo", prior="history")
-    out = est(rewards)            # out.advantages [P, G], out.diagnostics {"shrinkage": [P], ...}
+same advantages. Arithmetic is done in float64 and the result is returned in the rewards' dtype
+(how to call one: :mod:`rlkit.advantages`).
 
 This module holds the registry (:data:`ESTIMATORS`, :func:`register`, :func:`get_estimator`), the
 base class :class:`AdvantageEstimator`, the input checks and the baselines and whitening the
