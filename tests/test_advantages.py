@@ -40,7 +40,8 @@ def seed_of(shape, kind) -> int:
 
 
 def test_registry_holds_every_spec_estimator():
-    assert set(ESTIMATORS) == {
+    # a superset: a new file in rlkit/advantages/ registers one more (docs/contributing.md)
+    assert set(ESTIMATORS) >= {
         "grpo",
         "dr_grpo",
         "rloo",
