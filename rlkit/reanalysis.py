@@ -29,7 +29,6 @@ from pathlib import Path
 
 import yaml
 
-from rlkit.advantages import ESTIMATORS
 from rlkit.claims import ALPHA, ManipulationCheck, claim_verdict
 from rlkit.intervals import Interval, holm
 from rlkit.methods import method_switches
@@ -191,9 +190,9 @@ MECHANISMS = (
         (CLIP_BINDS,),
         read_from_vs=True,
     ),
-    Mechanism(  # the estimators that keep a value per prompt (SPO's tracker, §2c)
+    Mechanism(
         "SPO's value tracker",
-        lambda cfg: ESTIMATORS.get(cfg.algo.estimator).needs_prompt_ids,
+        lambda cfg: method_switches(cfg)["spo"],
         (ManipulationCheck("spo/tracked_prompts", "> 0"),),
     ),
 )

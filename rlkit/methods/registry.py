@@ -41,9 +41,9 @@ def method_switches(cfg: TrainConfig) -> dict[str, bool]:
     """Which of the methods' mechanisms ``cfg`` switches on, by name, for code that describes
     runs without building them (`rlkit.reanalysis`' one manipulation rule per mechanism): EBPO's
     shrinkage, AGPO's adaptive clip and adaptive temperature (AGPO's controllers on AGPO's
-    advantage), Dr. GRPO's normalisation."""
+    advantage), Dr. GRPO's normalisation, SPO's per-prompt value tracker."""
     on = get_method(method_name(cfg)).mechanisms(cfg)
     return {
         name: name in on
-        for name in ("ebpo", "agpo_adaptive_clip", "agpo_adaptive_temperature", "dr_grpo")
+        for name in ("ebpo", "agpo_adaptive_clip", "agpo_adaptive_temperature", "dr_grpo", "spo")
     }
