@@ -279,8 +279,9 @@ def test_a_check_of_another_arm_reads_that_arms_runs(tmp_path, sweep_dir):
     assert check["acted"] is False
     (judged,) = summary["claims"]
     assert judged["verdict"] == "not testable (manipulation did not act)"
-    assert "| B | 4 | agpo/epsilon/mean (of A) | > 0.2 | 0.1 [0.1, 0.1] | 1/5 | no |" in (
-        files["summary.md"]
+    assert (
+        "| B | 4 | agpo/epsilon/mean (of A) | > 0.2 | 0.1 [0.1, 0.1] | 1/5 | no |"
+        in (files["summary.md"])
     )
 
 
