@@ -545,7 +545,9 @@ def plot_learning_curves(
     """``curves.png`` from :func:`learning_curves`: one row per G, panel of arms
     (:func:`arm_facets`) and metric; left, each arm's held-out value against step (mean over
     seeds, 95% t-band); right (when some arm is paired), arm − its control paired per seed, 0
-    dashed, titled with the controls it shows (a summary before ``vs``: the baseline)."""
+    dashed, titled with the controls it shows (a summary before ``vs``: the baseline). A control
+    that leads several panels of G is drawn in each on the left, its own difference (a control
+    paired in a claim of its own) once, in the first."""
     from rlkit.plotting import new_figure, save_figure
 
     series = {(s["arm"], s["group_size"], s["metric"]): s for s in curves["series"]}
@@ -558,6 +560,7 @@ def plot_learning_curves(
     ]
     paired = any(s["vs_baseline"] for s in series.values())
     fig, axes = new_figure(len(rows), 1 + paired, (4.6, 3.0))
+    differenced = set()  # the (arm, G, metric) whose difference a panel has drawn
     with _style():
         for (g, k, facet, metric), (left, *right) in zip(rows, axes):
             name = metric.removeprefix("eval/")
@@ -568,7 +571,13 @@ def plot_learning_curves(
             left.set_ylabel(f"{name} (%)")
             left.legend()
             if right:
-                _draw_differences(right[0], [s for s in drawn if s["vs_baseline"]], facet, baseline)
+                new = [
+                    s
+                    for s in drawn
+                    if s["vs_baseline"] and (s["arm"], g, metric) not in differenced
+                ]
+                differenced |= {(s["arm"], g, metric) for s in new}
+                _draw_differences(right[0], new, facet, baseline)
         fig.suptitle(f"held-out {curves['band']}")
     return save_figure(fig, out)
 

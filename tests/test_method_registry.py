@@ -128,3 +128,25 @@ def test_no_module_branches_on_a_method_name():
         if branch.search(line.split("#")[0]) and not line.lstrip().startswith(('"', 'f"'))
     ]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "method", "estimator"),
+    [
+        (["algo.estimator=ppo"], "ppo", "ppo"),
+        (["agpo.enabled=true", "algo.estimator=agpo"], "agpo", "agpo"),
+        (["algo.method=dpo"], "dpo", "dpo"),
+    ],
+)
+def test_the_overrides_choose_over_a_saved_configs_method(tmp_path, overrides, method, estimator):
+    """A config saved with today's key (``algo.method: grpo``, as every run writes it) and an
+    override by an older key (``rlkit eval --checkpoint RUN algo.estimator=ppo``): the override
+    chooses; two choices within the overrides are still refused naming both."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text("algo: {method: grpo, estimator: grpo}\n")
+    cfg = load_config(str(saved), overrides)
+    assert (cfg.algo.method, cfg.algo.estimator) == (method, estimator)
+    with pytest.raises(
+        ValueError, match=r"agpo.enabled=true and algo.method=grpo choose different"
+    ):
+        load_config(str(saved), ["agpo.enabled=true", "algo.method=grpo"])

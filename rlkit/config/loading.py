@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from rlkit.config.aliases import resolve_method
+from rlkit.config.aliases import method_settings, resolve_method
 from rlkit.config.checks import check_combination, check_paths
 from rlkit.config.schema import TrainConfig, expand_path
 from rlkit.paths import check_link
@@ -104,14 +104,24 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def merge_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
+    """``data`` with the ``key=value`` overrides applied. The method is chosen layer by layer: the
+    data's choice (its older keys read as ``algo.method``, :func:`resolve_method`) yields to one
+    the overrides make, by ``algo.method`` or an older key (``rlkit eval --checkpoint RUN
+    algo.estimator=ppo`` on a saved config that says ``algo.method: grpo``)."""
+    data, layer = resolve_method(data), {}
     for text in overrides:
         path, value = parse_override(text)
-        node = data
+        node, mine = data, layer
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"override {text!r}: {part} is not a section")
+            mine = mine.setdefault(part, {}) if isinstance(mine.get(part, {}), dict) else {}
         node[path[-1]] = value
+        mine[path[-1]] = value
+    if method_settings(layer) and "method" not in (layer.get("algo") or {}):
+        if isinstance(data.get("algo"), dict):
+            data["algo"].pop("method", None)  # chosen by an older key in the overrides
     return data
 
 
