@@ -304,10 +304,11 @@ def test_the_uniform_rule_tests_a_claim_the_registered_check_set_aside(tmp_path)
     assert reread_row(tmp_path, "s")[-1] == "reproduced"
 
 
-def test_the_committed_table_flags_the_post_hoc_claims_and_marks_the_two_survivors():
+def test_the_committed_table_flags_the_post_hoc_claims_and_marks_the_three_survivors():
     """Issue 42 on the committed results: the 6 claims of 07_group_size and 07_baselines and the
-    3 AGPO claims of 07_papers_baselines are flagged; of the 53 superiority claims only the two
-    EBPO G = 2 greedy claims survive Holm over the project; EBPO at G = 8 (22_ebpo_group_size),
+    3 AGPO claims of 07_papers_baselines are flagged; of the 59 superiority claims three survive
+    Holm over the project, the two EBPO G = 2 greedy claims and GSPO above GRPO, contradicted
+    (22_field_baselines, issue 45); EBPO at G = 8 (22_ebpo_group_size),
     set aside by its regime check, is real but below margin; the 8 claims on AGPO as a whole
     and its shift recovery are not testable under the uniform clip rule."""
     lines = verdicts.render(ROOT / "results")
@@ -316,7 +317,7 @@ def test_the_committed_table_flags_the_post_hoc_claims_and_marks_the_two_survivo
         for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)
         if len(cells) == len(HEADER_CELLS) and cells[0] not in ("claim", "---")
     }
-    assert len(rows) == 62
+    assert len(rows) == 68
     flagged = {key: cells[2] for key, cells in rows.items() if cells[2] != "—"}
     assert (
         sorted(flagged.values())
@@ -328,9 +329,10 @@ def test_the_committed_table_flags_the_post_hoc_claims_and_marks_the_two_survivo
         "07_papers_baselines",
     }
     assert (
-        "Project-wide Holm over all 53 superiority claims (α = 0.05, both directions): 2 survive, "
+        "Project-wide Holm over all 59 superiority claims (α = 0.05, both directions): 3 survive, "
         "EBPO above GRPO at G = 2 (greedy) (22_ebpo); EBPO above GRPO at G = 2 on the hard mix "
-        "(seeds 16-47) (22_ebpo_hard_32)." in lines
+        "(seeds 16-47) (22_ebpo_hard_32); GSPO above GRPO at 4 mini-batches (22_field_baselines)."
+        in lines
     )
     g8 = rows["22_ebpo_group_size", "EBPO above GRPO at G = 8"]
     assert g8[-2] == "**not testable (manipulation did not act)**"
