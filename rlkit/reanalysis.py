@@ -243,8 +243,9 @@ def logged_mean(summary: dict, arm: str, group_size: int, metric: str) -> float 
 def uniform_check(summary: dict, claim: dict) -> tuple[str, str]:
     """(status, text) of the claim's mechanisms (:func:`claim_mechanisms`) on its arm at its G:
     ``acted`` when every check of every one passes; ``did not act`` naming the first that fails
-    (value and rule, and the arm it was read from when that is ``vs``); ``not checkable`` when a mechanism has no check or its metric is not in the
-    committed summary; ``no mechanism`` when the arm switches none on."""
+    (value and rule, and the arm it was read from when that is ``vs``); ``not checkable`` when a
+    mechanism has no check or its metric is not in the committed summary; ``no mechanism`` when
+    the arm switches none on."""
     mechanisms = claim_mechanisms(summary, claim)
     if not mechanisms:
         return "no mechanism", "no rule"

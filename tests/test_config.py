@@ -59,6 +59,15 @@ def test_overrides_are_typed_and_nested():
 
 
 @pytest.mark.parametrize(
+    "overrides",
+    [["seed.x=1"], ["algo.options=3", "algo.options.prior=batch"]],
+)
+def test_an_override_into_a_value_names_it(overrides):
+    with pytest.raises(ValueError, match=rf"override {overrides[-1]!r}: \w+ is not a section"):
+        load_config("tiny-cpu", overrides)
+
+
+@pytest.mark.parametrize(
     "override, message",
     [
         ("rollout.grup_size=4", "unknown config key rollout.grup_size"),

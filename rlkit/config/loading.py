@@ -103,22 +103,27 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), _load_yaml(raw, f"override {text!r}") if raw else ""
 
 
+def _assign(root: dict, path: list[str], value, text: str) -> None:
+    """``root[path[0]]…[path[-1]] = value``, making the sections on the way; override ``text``
+    names the one that is not a section."""
+    node = root
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override {text!r}: {part} is not a section")
+    node[path[-1]] = value
+
+
 def merge_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
     """``data`` with the ``key=value`` overrides applied. The method is chosen layer by layer: the
     data's choice (its older keys read as ``algo.method``, :func:`resolve_method`) yields to one
     the overrides make, by ``algo.method`` or an older key (``rlkit eval --checkpoint RUN
     algo.estimator=ppo`` on a saved config that says ``algo.method: grpo``)."""
-    data, layer = resolve_method(data), {}
+    data, layer = resolve_method(data), {}  # layer: what the overrides alone set
     for text in overrides:
         path, value = parse_override(text)
-        node, mine = data, layer
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {text!r}: {part} is not a section")
-            mine = mine.setdefault(part, {}) if isinstance(mine.get(part, {}), dict) else {}
-        node[path[-1]] = value
-        mine[path[-1]] = value
+        for root in (data, layer):
+            _assign(root, path, value, text)
     if method_settings(layer) and "method" not in (layer.get("algo") or {}):
         if isinstance(data.get("algo"), dict):
             data["algo"].pop("method", None)  # chosen by an older key in the overrides
