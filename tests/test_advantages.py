@@ -2,7 +2,9 @@
 
 import copy
 import io
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,6 +177,31 @@ def test_ebpo_constant_batch_gets_full_shrinkage_and_zero_advantage():
     assert out.diagnostics["shrinkage"].tolist() == [1.0, 1.0, 1.0]
     assert out.advantages.abs().max().item() == 0.0
     assert out.diagnostics["frac_reward_zero_std"].item() == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# §2: against the EBPO authors' function
+#
+# ``compute_ebpo_outcome_advantage`` of github.com/Tonyzhou98/verl at commit
+# 75b014702650312cb1e7c3537183d7df6dc5a81f (verl/trainer/ppo/core_algos.py). It imports verl, so
+# it was run once in float64 on the inputs of tests/data/ebpo_baselines_published.json, and its
+# outputs stored in tests/data/ebpo_published.json (how: its "source"). It builds fresh statistics
+# on every call, which is rlkit's ``prior="batch"``; norm_adv_by_std_in_grpo=False is ``center``.
+
+EBPO_PUBLISHED = json.loads((Path(__file__).parent / "data" / "ebpo_published.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "whitening, case",
+    [("whiten", c) for c in EBPO_PUBLISHED["ebpo"]]
+    + [("center", c) for c in EBPO_PUBLISHED["ebpo_center"]],
+    ids=lambda v: v["case"] if isinstance(v, dict) else v,
+)
+def test_ebpo_batch_prior_matches_the_authors_function(whitening, case):
+    out = get_estimator("ebpo", prior="batch", whitening=whitening)(
+        torch.tensor(case["rewards"], dtype=torch.float64)
+    )
+    np.testing.assert_allclose(out.advantages.numpy(), case["advantages"], rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
