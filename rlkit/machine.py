@@ -41,8 +41,9 @@ AVX2_KERNELS = {
 # approximate reciprocals), MKL's conditional numerical reproducibility on its COMPATIBLE branch
 # (SSE2 without rcpps/rsqrtps, fixed cache sizes and reduction order: the branch Intel documents
 # for non-Intel CPUs too; its AVX2 branch falls back to automatic dispatch there), oneDNN at AVX2.
-# bitsandbytes picks its CPU path from PyTorch's, so it follows. Cost on the tiny default: about
-# 12 % more CPU time (benchmarks/cpu_kernels.py).
+# bitsandbytes picks its CPU path from PyTorch's, so it follows. Cost (benchmarks/cpu_kernels.py):
+# about 12 % more CPU time on the tiny default, 2.3 times on SmolLM2-135M, whose matrix products
+# run on MKL's SSE2 code (docs/tiny-default.md "Across CPUs").
 PORTABLE_KERNELS = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "COMPATIBLE",

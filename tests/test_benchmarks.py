@@ -67,3 +67,12 @@ def test_profile_step_labels_every_phase():
     table = profile_step.main(["--shape", "smoke", "--steps", "1", "--warmup", "0"])
     for phase in ("PHASE_generate", "PHASE_update", "PHASE_check_finite"):
         assert phase in table
+
+
+def test_cpu_kernels_times_each_mode_asked_for(capsys):
+    import cpu_kernels
+
+    cpu_kernels.main(["--smoke", "--modes", "portable", "seed=3"])
+    out = capsys.readouterr().out
+    assert out.startswith("tiny-cpu seed=3, 2 steps, 16 eval problems, one thread")
+    assert "portable/native CPU time" in out and "avx2" not in out
