@@ -112,11 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     for mode, values in ratios.items():
         same = "identical" if metrics[mode] == metrics["native"] else "different"
         print(f"  {mode}/native CPU time {median_range(values)}; metrics {same} to native's")
+        print(f"  median ratio {mode}/native: {statistics.median(values):.3f}")
     if {"portable", "avx2"} <= set(modes):
         same = metrics["portable"] == metrics["avx2"]
         print(f"  portable vs avx2 metrics: {'identical' if same else 'different'}")
-    for mode, values in ratios.items():
-        print(f"  median ratio {mode}/native: {statistics.median(values):.3f}")
 
 
 if __name__ == "__main__":
