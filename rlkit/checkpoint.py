@@ -30,12 +30,15 @@ import torch
 
 from rlkit.config import TrainConfig
 from rlkit.hashing import file_sha256
+from rlkit.metrics import read_metrics, row_tokens
 from rlkit.rundir import (
     CHECKPOINTS,
+    RUN_FILES,
     check_fresh,
     check_resume_config,
     check_run_files,
     confined,
+    run_files,
     saved_config,
 )
 
@@ -195,6 +198,39 @@ def load_checkpoint(run_dir: Path) -> Checkpoint | None:
             )
         return checkpoint
     raise ValueError(f"no intact checkpoint in {checkpoint_dir(run_dir)}: {problems[0]}")
+
+
+def spent_at(run_dir: Path, step: int) -> float:
+    """The tokens (generated and probe) run ``run_dir`` had spent by ``step``, from its
+    ``metrics.jsonl`` (0 before its first step)."""
+    rows = [r for r in read_metrics(run_dir) if r["step"] == step]
+    return row_tokens(rows[-1]) if rows else 0
+
+
+def run_progress(cfg: TrainConfig) -> str:
+    """How far the run ``cfg`` describes has got in ``cfg.output_dir``: ``done`` (latest
+    checkpoint at the final step: ``steps``, or the step whose tokens reached ``token_budget``),
+    ``resume`` (an earlier checkpoint: a killed run) or ``fresh`` (no checkpoint: an empty
+    directory, or one that this run left before its first checkpoint). A directory that holds
+    another run (a saved config that differs from ``cfg`` in anything a resume may not change, a
+    checkpoint past ``steps``), no config.yaml, or files no run writes, is a ValueError saying
+    which."""
+    run_dir = Path(cfg.output_dir)
+    latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    files = run_files(run_dir)
+    if latest is None and not files:
+        return "fresh"
+    unknown = sorted(set(files) - set(RUN_FILES))
+    if latest is None and unknown:
+        raise ValueError(f"it holds files no run writes ({', '.join(unknown)})")
+    check_resume_config(saved_config(run_dir, check_paths=False), cfg)
+    if latest is None:
+        return "fresh"
+    step = int(STEP_DIR.fullmatch(latest.name).group(1))
+    if step > cfg.steps:
+        raise ValueError(f"its checkpoint is at step {step}, past steps={cfg.steps}")
+    budget_spent = bool(cfg.token_budget) and spent_at(run_dir, step) >= cfg.token_budget
+    return "done" if step == cfg.steps or budget_spent else "resume"
 
 
 def open_run(

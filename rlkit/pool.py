@@ -51,19 +51,30 @@ def worker_config(base: str, overrides: list[str], threads: int):
 
 
 def train_and_score(base: str, overrides: list[str], threads: int, train: bool = True):
-    """Train run ``base`` + ``overrides`` afresh (``overwrite``: a previous run in its directory
-    is replaced) on ``threads`` torch threads, or with ``train=False`` only load its starting
-    policy, and return its last held-out evaluation problem by problem
+    """Train run ``base`` + ``overrides`` on ``threads`` torch threads, or with ``train=False``
+    only load its starting policy, and return its last held-out evaluation problem by problem
     (:class:`rlkit.evaluation.EvalScores`, greedy completions included): the per-problem pairing
-    notebook 11 makes, from runs trained side by side in a pool."""
+    notebook 11 makes, from runs trained side by side in a pool.
+
+    A run of this config already in its directory is continued, not repeated
+    (:func:`rlkit.checkpoint.run_progress`): a killed one resumes from its latest checkpoint and
+    goes on as the same run, a finished one has its last checkpoint scored. Anything else there
+    (another run, one killed before its first checkpoint) is replaced by a fresh run."""
+    from rlkit.checkpoint import run_progress
     from rlkit.trainer import Trainer
 
     cfg = worker_config(base, overrides, threads)
-    if train:  # the last step (steps >= 1, checked by the config) always evaluates
-        trainer = Trainer(cfg, overwrite=True)
-        trainer.train()
-        return trainer.eval_scores
-    trainer = Trainer(cfg, read_only=True)
+    if train:
+        try:
+            progress = run_progress(cfg)
+        except ValueError:  # another run's directory: replaced, as ``--overwrite`` would
+            progress = "fresh"
+        if progress != "done":  # the last step (steps >= 1, checked by the config) evaluates
+            trainer = Trainer(cfg, resume=progress == "resume", overwrite=progress == "fresh")
+            trainer.train()
+            return trainer.eval_scores
+    # the starting policy, or the finished run's last checkpoint
+    trainer = Trainer(cfg, resume=train, read_only=True)
     try:
         trainer.evaluate()
         return trainer.eval_scores

@@ -115,21 +115,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rlkit.checkpoint import STEP_DIR, latest_checkpoint
+from rlkit.checkpoint import run_progress
 from rlkit.claims import Claim, ManipulationCheck, parse_claims, parse_manipulation
 from rlkit.config import TrainConfig, load_config, parse_override, read_yaml
 from rlkit.machine import fingerprint
-from rlkit.metrics import TOKEN_KEYS, read_metrics, row_tokens, tokens_spent
+from rlkit.metrics import TOKEN_KEYS, read_metrics, tokens_spent
 from rlkit.paths import check_dir, check_link
 from rlkit.pool import default_workers, run_pool, train_run
 from rlkit.rundir import (
-    RUN_FILES,
     DirLock,
     RunLock,
-    check_resume_config,
     clear_run,
-    run_files,
-    saved_config,
     write_atomically,
 )
 from rlkit.tasks.loader import check_sizes, load_problems, shifted_train_problems
@@ -353,42 +349,17 @@ def check_problems(runs: list[Run]) -> None:
             raise ValueError(f"sweep spec: arm {run.arm}: {err}") from None
 
 
-def spent_at(run_dir: Path, step: int) -> float:
-    """The tokens (generated and probe) run ``run_dir`` had spent by ``step``, from its
-    ``metrics.jsonl`` (0 before its first step)."""
-    rows = [r for r in read_metrics(run_dir) if r["step"] == step]
-    return row_tokens(rows[-1]) if rows else 0
-
-
 def run_status(cfg: TrainConfig) -> str:
-    """``done`` (latest checkpoint at the final step: ``steps``, or the step whose tokens
-    reached ``token_budget``), ``resume`` (an earlier checkpoint: a killed run) or ``fresh`` (no checkpoint: an empty directory, or one that this run left before
-    its first checkpoint). A directory whose saved config differs from ``cfg`` in anything a
-    resume may not change (another run), or that holds no config.yaml or files no run writes,
-    is a ValueError naming the directory: the sweep never replaces what it did not write."""
-    run_dir = Path(cfg.output_dir)
-    latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-    files = run_files(run_dir)
-    if latest is None and not files:
-        return "fresh"
+    """:func:`rlkit.checkpoint.run_progress` of a grid run: ``done``, ``resume`` or ``fresh``. A
+    directory that holds another run is a ValueError naming it: the sweep never replaces what it
+    did not write."""
     try:
-        unknown = sorted(set(files) - set(RUN_FILES))
-        if latest is None and unknown:
-            raise ValueError(f"it holds files no run writes ({', '.join(unknown)})")
-        check_resume_config(saved_config(run_dir, check_paths=False), cfg)
-        step = int(STEP_DIR.fullmatch(latest.name).group(1)) if latest else 0
-        if step > cfg.steps:
-            raise ValueError(f"its checkpoint is at step {step}, past steps={cfg.steps}")
-        budget_spent = bool(latest and cfg.token_budget)
-        budget_spent = budget_spent and spent_at(run_dir, step) >= cfg.token_budget
+        return run_progress(cfg)
     except ValueError as err:
         raise ValueError(
-            f"run {run_dir} does not match the sweep spec: {err}. Nothing was changed; move it "
-            "away or set another out in the spec"
+            f"run {cfg.output_dir} does not match the sweep spec: {err}. Nothing was changed; "
+            "move it away or set another out in the spec"
         ) from None
-    if latest is None:
-        return "fresh"
-    return "done" if step == cfg.steps or budget_spent else "resume"
 
 
 def spec_sha256(path: str | Path) -> str:

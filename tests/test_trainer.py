@@ -708,3 +708,52 @@ def test_a_pool_job_returns_the_last_evaluation_problem_by_problem(tmp_path):
     greedy, texts = scores["trained"].greedy[:, 0].tolist(), scores["trained"].greedy_texts
     assert len(texts) == len(problems) == 16 and 0 < sum(greedy) < 16
     assert [reward(t, p.answer) for t, p in zip(texts, problems)] == greedy
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])  # notebook 11 trains LoRA adapters
+def test_a_pool_job_continues_the_run_its_directory_holds(tmp_path, mode):
+    """rlkit.pool.train_and_score on a directory that already holds its run (a notebook 11 re-run
+    after a crash or after it finished): a killed run resumes from its checkpoint as the same run
+    (its run id kept, its metrics those of an uninterrupted run), a finished run is scored from
+    its last checkpoint without training again, and another run's directory is replaced. The
+    shipped warm start's scores move in 3 steps, so scoring the starting policy would show."""
+    from rlkit.checkpoint import load_checkpoint
+    from rlkit.pool import train_and_score
+
+    class CrashAtThree(CrashAfter):
+        crash_at = 3  # after 2 of the 3 steps, each checkpointed
+
+    def same(a, b):
+        return a.summary() == b.summary() and a.greedy_texts == b.greedy_texts
+
+    def run(path, *extra):
+        return tiny_overrides(
+            path,
+            "builtin:tiny",
+            "steps=3",
+            "checkpoint_every=1",
+            "optim.lr=1e-3",
+            "rollout.max_new_tokens=8",
+            "eval.num_problems=16",
+            "task.num_eval=64",
+            f"model.mode={mode}",
+            *extra,
+        )
+
+    start = train_and_score("tiny-cpu", run(tmp_path / "straight"), 1, False)
+    straight = train_and_score("tiny-cpu", run(tmp_path / "straight"), 1)
+    assert not same(straight, start)
+    overrides, run_dir = run(tmp_path / "run"), tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        CrashAtThree(load_config("tiny-cpu", overrides)).train()
+    run_id = load_checkpoint(run_dir).run_id
+    assert same(train_and_score("tiny-cpu", overrides, 1), straight)  # resumed
+    assert load_checkpoint(run_dir).run_id == run_id
+    expected = without_timings(read_metrics(tmp_path / "straight"))
+    assert without_timings(read_metrics(run_dir)) == expected
+    logged = (run_dir / "metrics.jsonl").read_bytes()
+    assert same(train_and_score("tiny-cpu", overrides, 1), straight)  # finished: scored
+    assert (run_dir / "metrics.jsonl").read_bytes() == logged
+    train_and_score("tiny-cpu", run(run_dir, "optim.lr=5e-4"), 1)  # another run: replaced
+    assert load_checkpoint(run_dir).run_id != run_id
+    assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2, 3]
