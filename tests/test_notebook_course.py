@@ -137,7 +137,7 @@ def test_a_lesson_opens_with_a_picture(stem):
 
 
 def test_11s_opening_picture_draws_the_scores_its_runs_printed():
-    # 11's opening picture cannot wait for its 109-minute runs: it draws their committed scores,
+    # 11's opening picture cannot wait for its 3.5-hour runs: it draws their committed scores,
     # which must be the ones the runs' cell printed
     stem = "11_smollm2_word_problems"
     source = next(
